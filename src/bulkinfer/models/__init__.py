@@ -1,0 +1,1 @@
+"""Model architectures (our own code, reading Hugging Face checkpoints) and their loading."""

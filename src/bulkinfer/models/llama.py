@@ -1,0 +1,120 @@
+"""The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm).
+
+Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
+matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
+Model code sees a flat batch of tokens: ``forward(input_ids [T], positions [T], attn)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.norm import RMSNorm
+from bulkinfer.layers.ops import KernelOps
+from bulkinfer.layers.rotary import cos_sin_cache
+from bulkinfer.models.config import ModelConfig
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.scale = self.head_dim ** -0.5
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
+        self.qk_norm = config.qk_norm
+        self.ops = ops
+        # Bound by the model runner once the KV pool exists: [num_blocks, block_size, kv_heads, head_dim].
+        self.k_cache = self.v_cache = torch.empty(0)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionMetadata,
+                rope_cache: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(-1, self.num_heads, self.head_dim)
+        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
+        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view_as(q)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view_as(k)
+        q, k = q.contiguous(), k.contiguous()
+        self.ops.rotary(positions, q, k, rope_cache)
+        self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping)
+        out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
+                                       attn.seq_lens, attn.block_tables, self.scale)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.self_attn = Attention(config, ops)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.mlp = MLP(config, ops)
+
+    def forward(self, positions, hidden, residual, attn, rope_cache):
+        if residual is None:
+            hidden, residual = self.input_layernorm(hidden), hidden
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, attn, rope_cache)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, config: ModelConfig, ops: KernelOps):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, ops) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+
+    def forward(self, input_ids, positions, attn, rope_cache):
+        hidden, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, residual, attn, rope_cache)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class CausalLM(nn.Module):
+    """Hidden states for every new token; logits only for the rows the sampler needs."""
+
+    def __init__(self, config: ModelConfig, ops: KernelOps, max_position: int):
+        super().__init__()
+        self.config = config
+        self.model = DecoderModel(config, ops)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.register_buffer("rope_cache", cos_sin_cache(
+            config.head_dim, max_position, config.rope_theta, config.rope_scaling, torch.device("cpu")),
+            persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                attn: AttentionMetadata) -> torch.Tensor:  # [T] -> hidden [T, hidden]
+        return self.model(input_ids, positions, attn, self.rope_cache)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
+        return self.lm_head(hidden).float()
+
+    def attention_layers(self) -> list[Attention]:
+        return [layer.self_attn for layer in self.model.layers]

@@ -1,0 +1,40 @@
+"""What the engine hands back for each request (vLLM's shapes, so that user code carries over)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Logprob:
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+# One dict per position: token id -> Logprob (the chosen token plus the top-k asked for).
+PositionLogprobs = dict[int, Logprob]
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[PositionLogprobs] | None
+    finish_reason: str | None  # "stop" | "length" | None while running or on error
+    stop_reason: int | str | None = None  # the stop string or stop token that ended it
+
+
+@dataclass
+class RequestOutput:
+    request_id: Any
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    prompt_logprobs: list[PositionLogprobs | None] | None = None
+    finished: bool = True
+    error: str | None = None  # set when the request could not run at all (e.g. too long)
+    metrics: dict[str, float] = field(default_factory=dict)
