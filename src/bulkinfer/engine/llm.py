@@ -1,0 +1,215 @@
+"""The engine's public face: ``LLM.generate`` for lists, ``add_request``/``step`` for streams."""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Sequence as SequenceOf
+
+import torch
+from tqdm.auto import tqdm
+
+from bulkinfer.engine.block_manager import BlockManager
+from bulkinfer.engine.config import (EngineConfig, check_positive, resolve_device, resolve_dtype,
+                                     resolve_max_model_len)
+from bulkinfer.engine.detokenizer import Detokenizer
+from bulkinfer.engine.logprobs import position_logprobs
+from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
+from bulkinfer.engine.request import Request, StopChecker
+from bulkinfer.engine.sampler import Sampler
+from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
+from bulkinfer.engine.sequence import Sequence
+from bulkinfer.engine.stats import EngineStats
+from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
+from bulkinfer.models.loader import read_config, resolve_model_path
+from bulkinfer.outputs import RequestOutput
+from bulkinfer.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+class LLM:
+    def __init__(self, model: str, dtype: str | torch.dtype = "auto", device: str = "auto",
+                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+                 num_kv_blocks: int | None = None, block_size: int = 16, max_model_len: int | None = None,
+                 enable_prefix_caching: bool = True, attention_backend: str = "auto", seed: int = 0,
+                 tensor_parallel_size: int = 1, kv_cache_memory_gb: float = 4.0,
+                 gpu_memory_utilization: float = 0.9):
+        if tensor_parallel_size != 1:
+            raise ValueError("tensor_parallel_size > 1 is not supported yet")
+        check_positive(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                       num_kv_blocks=num_kv_blocks, block_size=block_size)
+        path = resolve_model_path(str(model))
+        model_config, hf_config = read_config(path)
+        resolved_device = resolve_device(device)
+        self.config = EngineConfig(
+            device=resolved_device,
+            dtype=resolve_dtype(dtype, model_config, resolved_device),
+            max_model_len=resolve_max_model_len(max_model_len, model_config),
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens or (8192 if resolved_device.type == "cuda" else 2048),
+            block_size=block_size,
+            num_kv_blocks=num_kv_blocks,
+            kv_cache_memory_gb=kv_cache_memory_gb,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_prefix_caching=enable_prefix_caching,
+            attention_backend=attention_backend,
+            seed=seed,
+        )
+        self.model_config = model_config
+        self.tokenizer = load_tokenizer(path)
+        self.runner = ModelRunner(self.config, model_config, path)
+        self.block_manager = BlockManager(self.runner.num_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs, self.config.max_num_batched_tokens)
+        self.sampler = Sampler(seed, resolved_device)
+        self.detokenizer = Detokenizer(self.tokenizer)
+        self.stop_checker = StopChecker(eos_token_ids(path, hf_config, self.tokenizer), self.detokenizer)
+        self.requests: dict[Hashable, Request] = {}
+        self._failed: list[Request] = []  # refused at add time, reported by the next step()
+        self._arrivals = 0
+        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    # ---- streaming interface -------------------------------------------------------------
+
+    def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
+        """Queue a request; its output comes back from a later step() once all its samples finish."""
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        params = params or SamplingParams()
+        text, token_ids = (prompt, self.tokenizer.encode(prompt)) if isinstance(prompt, str) else (None, list(prompt))
+        request = Request(request_id, text, token_ids, params, [])
+        request.error = self._refusal(token_ids, params)
+        if request.error:
+            self._failed.append(request)
+            return
+        request.seqs = [self._new_sequence(request, index) for index in range(params.n)]
+        for seq in request.seqs:
+            self.scheduler.add(seq)
+        self.requests[request_id] = request
+
+    def step(self) -> list[RequestOutput]:
+        """Run one batch; return the requests that finished (or were refused) since the last step."""
+        finished = [request.output(self.detokenizer) for request in self._failed]
+        self._failed = []
+        batch = self.scheduler.schedule()
+        if batch:
+            output = self.runner.execute(batch)
+            self._advance(batch)
+            self._record_prompt_logprobs(output)
+            finished += self._take_sampled_tokens(output)
+        self._stats.steps += 1
+        return finished
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests or self._failed)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self.requests) + len(self._failed)
+
+    @property
+    def stats(self) -> EngineStats:
+        stats = self._stats
+        stats.num_running = len(self.scheduler.running)
+        stats.num_waiting = len(self.scheduler.waiting)
+        stats.kv_blocks_used = self.block_manager.num_blocks - self.block_manager.num_free_blocks
+        stats.preemptions = self.scheduler.num_preemptions
+        stats.prefix_cache_queried_tokens = self.block_manager.queried_tokens
+        stats.prefix_cache_hit_tokens = self.block_manager.hit_tokens
+        return stats
+
+    # ---- batch interface -----------------------------------------------------------------
+
+    def generate(self, prompts: Prompt | SequenceOf[Prompt],
+                 sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        """Outputs in input order. A prompt that cannot run gets an output with ``error`` set."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        params = sampling_params or SamplingParams()
+        params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
+        base = self._arrivals  # ids unique even if the streaming interface is also in use
+        for index, (prompt, p) in enumerate(zip(prompts, params)):
+            self.add_request(("generate", base + index), prompt, p)
+        results: dict[int, RequestOutput] = {}
+        with tqdm(total=len(prompts), desc="requests", disable=not use_tqdm) as bar:
+            while len(results) < len(prompts):
+                for output in self.step():
+                    results[output.request_id[1] - base] = output
+                    output.request_id = output.request_id[1] - base
+                    bar.update(1)
+        return [results[index] for index in range(len(prompts))]
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _refusal(self, token_ids: list[int], params: SamplingParams) -> str | None:
+        if not token_ids:
+            return "the prompt is empty"
+        if len(token_ids) + params.max_tokens > self.max_model_len:
+            return (f"prompt ({len(token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+                    f"max_model_len ({self.max_model_len})")
+        if min(token_ids) < 0 or max(token_ids) >= self.model_config.vocab_size:
+            return f"prompt has token ids outside the vocabulary (0..{self.model_config.vocab_size - 1})"
+        needed = self.block_manager.blocks_for(len(token_ids) + params.max_tokens)
+        if needed > self.block_manager.num_blocks:
+            return (f"prompt plus max_tokens needs {needed} KV blocks but the whole pool has "
+                    f"{self.block_manager.num_blocks}; raise num_kv_blocks or the memory budget")
+        return None
+
+    def _new_sequence(self, request: Request, index: int) -> Sequence:
+        generator = None
+        if request.params.seed is not None:
+            # Each of the n samples gets its own stream, fixed by the seed and its index.
+            generator = torch.Generator(device=self.config.device)
+            generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
+        self._arrivals += 1
+        return Sequence(request.request_id, index, request.prompt_token_ids, request.params, generator,
+                        self._arrivals)
+
+    def _advance(self, batch: ScheduledBatch) -> None:
+        for seq, num_new in zip(batch.seqs, batch.num_new_tokens):
+            prompt_part = max(min(seq.num_computed_tokens + num_new, seq.num_prompt_tokens)
+                              - seq.num_computed_tokens, 0)
+            self._stats.prompt_tokens += prompt_part
+            seq.num_computed_tokens += num_new
+
+    def _record_prompt_logprobs(self, output: ModelOutput) -> None:
+        for seq, first, logits in output.prompt_logits:
+            targets = torch.tensor(seq.prompt_token_ids[first:first + len(logits)], device=logits.device)
+            records = position_logprobs(logits.log_softmax(-1), targets, seq.params.prompt_logprobs,
+                                        self.tokenizer)
+            if seq.prompt_logprobs is None:
+                seq.prompt_logprobs = [None]  # the first prompt token has nothing before it
+            seq.prompt_logprobs.extend(records)
+
+    def _take_sampled_tokens(self, output: ModelOutput) -> list[RequestOutput]:
+        if not output.sample_seqs:
+            return []
+        sampled = self.sampler(output.logits, output.sample_seqs)
+        tokens = torch.tensor(sampled.token_ids, device=output.logits.device)
+        done = []
+        for row, (seq, token) in enumerate(zip(output.sample_seqs, sampled.token_ids)):
+            seq.append_token(token)
+            if seq.logprobs is not None:
+                record = position_logprobs(sampled.logprobs[row:row + 1], tokens[row:row + 1],
+                                           seq.params.logprobs, self.tokenizer)[0]
+                seq.logprobs.append(record)
+                seq.cumulative_logprob += record[token].logprob
+            if self.stop_checker.check(seq):
+                done.append(seq)
+        self._stats.generation_tokens += len(sampled.token_ids)
+        self.scheduler.finish(done)
+        return self._collect_finished(done)
+
+    def _collect_finished(self, seqs: list[Sequence]) -> list[RequestOutput]:
+        outputs = []
+        for request_id in dict.fromkeys(seq.request_id for seq in seqs):
+            request = self.requests[request_id]
+            if request.finished:
+                outputs.append(request.output(self.detokenizer))
+                del self.requests[request_id]
+        return outputs

@@ -1,0 +1,114 @@
+"""Owns the device, the model and the KV-cache pool; turns a scheduled batch into logits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.scheduler import ScheduledBatch
+from bulkinfer.engine.sequence import Sequence
+from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.ops import resolve_ops
+from bulkinfer.models.config import ModelConfig
+from bulkinfer.models.loader import load_model
+
+_GIB = 1 << 30
+
+
+@dataclass
+class ModelOutput:
+    sample_seqs: list[Sequence]  # sequences whose every token is now computed: they get a new one
+    logits: torch.Tensor  # [len(sample_seqs), vocab] fp32
+    prompt_logits: list[tuple[Sequence, int, torch.Tensor]]  # (seq, first position, [n, vocab] fp32)
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor  # [num_tokens]
+    positions: torch.Tensor  # [num_tokens]
+    attn: AttentionMetadata
+    logit_rows: torch.Tensor  # rows of the hidden states that need logits
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, path: Path):
+        self.config = config
+        self.device = config.device
+        self.block_size = config.block_size
+        self.ops = resolve_ops(config.attention_backend, config.device)
+        self.model = load_model(path, model_config, config.dtype, config.device, self.ops, config.max_model_len)
+        self.num_blocks = config.num_kv_blocks or self._blocks_that_fit(model_config)
+        if self.num_blocks < 1:
+            raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
+        shape = (2, model_config.num_layers, self.num_blocks, self.block_size,
+                 model_config.num_kv_heads, model_config.head_dim)
+        self.kv_cache = torch.zeros(shape, dtype=config.dtype, device=config.device)
+        for index, layer in enumerate(self.model.attention_layers()):
+            layer.k_cache, layer.v_cache = self.kv_cache[0, index], self.kv_cache[1, index]
+
+    def _blocks_that_fit(self, model: ModelConfig) -> int:
+        bytes_per_block = (2 * model.num_layers * self.block_size * model.num_kv_heads * model.head_dim
+                           * torch.tensor([], dtype=self.config.dtype).element_size())
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            # Leave room for activations of the largest step besides the fraction not ours to use.
+            reserve = total * (1 - self.config.gpu_memory_utilization) + 2 * _GIB
+            budget = free - reserve
+        else:
+            budget = self.config.kv_cache_memory_gb * _GIB
+        useful = self.config.max_num_seqs * -(-self.config.max_model_len // self.block_size) + 1
+        return min(int(budget // bytes_per_block), useful)
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> ModelOutput:
+        inputs, sample_seqs, prompt_slices = self._prepare(batch)
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn)
+        logits = self.model.compute_logits(hidden[inputs.logit_rows])
+        num_sampled = len(sample_seqs)
+        prompt_logits = [(seq, first, logits[num_sampled + start:num_sampled + end])
+                         for seq, first, start, end in prompt_slices]
+        return ModelOutput(sample_seqs, logits[:num_sampled], prompt_logits)
+
+    def _prepare(self, batch: ScheduledBatch):
+        bs = self.block_size
+        input_ids, positions, slots, starts, seq_lens = [], [], [], [0], []
+        sample_rows, sample_seqs, prompt_rows, prompt_slices = [], [], [], []
+        tables = np.zeros((len(batch.seqs), max(len(s.block_table) for s in batch.seqs)), dtype=np.int32)
+        for i, (seq, num_new) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
+            begin, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new
+            pos = np.arange(begin, end)
+            table = np.asarray(seq.block_table, dtype=np.int64)
+            input_ids.extend(seq.token_ids[begin:end])
+            positions.append(pos)
+            slots.append(table[pos // bs] * bs + pos % bs)
+            tables[i, :len(table)] = table
+            starts.append(starts[-1] + num_new)
+            seq_lens.append(end)
+            if end == len(seq):
+                sample_rows.append(starts[-1] - 1)
+                sample_seqs.append(seq)
+            if seq.params.prompt_logprobs is not None and begin < seq.num_prompt_tokens - 1:
+                # Row p predicts prompt token p + 1; the last prompt row's logits are sampled instead.
+                last = min(end, seq.num_prompt_tokens - 1)
+                prompt_slices.append((seq, begin + 1, len(prompt_rows), len(prompt_rows) + last - begin))
+                prompt_rows.extend(range(starts[-2], starts[-2] + last - begin))
+        device = self.device
+        attn = AttentionMetadata(
+            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(device),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            block_tables=torch.from_numpy(tables).to(device),
+            max_query_len=max(batch.num_new_tokens),
+            max_seq_len=max(seq_lens),
+        )
+        inputs = StepInputs(
+            input_ids=torch.tensor(input_ids, dtype=torch.long, device=device),
+            positions=torch.from_numpy(np.concatenate(positions)).to(device),
+            attn=attn,
+            logit_rows=torch.tensor(sample_rows + prompt_rows, dtype=torch.long, device=device),
+        )
+        return inputs, sample_seqs, prompt_slices

@@ -1,0 +1,76 @@
+"""A user's request: one prompt, n sequences sampling from it, and when each of them must stop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bulkinfer.engine.detokenizer import Detokenizer
+from bulkinfer.engine.sequence import Sequence
+from bulkinfer.outputs import CompletionOutput, RequestOutput
+from bulkinfer.sampling_params import SamplingParams
+
+
+@dataclass
+class Request:
+    request_id: Any
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    seqs: list[Sequence]
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.error is not None or all(seq.is_finished for seq in self.seqs)
+
+    def output(self, detokenizer: Detokenizer) -> RequestOutput:
+        completions = [] if self.error else [_completion(seq, detokenizer) for seq in self.seqs]
+        prompt_logprobs = self.seqs[0].prompt_logprobs if self.seqs and not self.error else None
+        return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, completions,
+                             prompt_logprobs=prompt_logprobs, error=self.error)
+
+
+def _completion(seq: Sequence, detokenizer: Detokenizer) -> CompletionOutput:
+    # Text cut at a stop string was built while running; any other is decoded once, here.
+    text = seq.text if isinstance(seq.stop_reason, str) else detokenizer.full_text(seq)
+    cumulative = seq.cumulative_logprob if seq.logprobs is not None else None
+    return CompletionOutput(seq.index, text, seq.output_token_ids, cumulative, seq.logprobs,
+                            seq.finish_reason, seq.stop_reason)
+
+
+class StopChecker:
+    """Decides after each new token whether a sequence is done, and why."""
+
+    def __init__(self, eos_token_ids: set[int], detokenizer: Detokenizer):
+        self.eos_token_ids = eos_token_ids
+        self.detokenizer = detokenizer
+
+    def check(self, seq: Sequence) -> bool:
+        token, params = seq.token_ids[-1], seq.params
+        if token in params.stop_token_ids:
+            return self._finish(seq, "stop", token)
+        if not params.ignore_eos and token in self.eos_token_ids:
+            return self._finish(seq, "stop", None)
+        if params.stop and self._hit_stop_string(seq):
+            return True
+        if seq.num_output_tokens >= params.max_tokens:
+            return self._finish(seq, "length", None)
+        return False
+
+    def _hit_stop_string(self, seq: Sequence) -> bool:
+        new_start = self.detokenizer.append_new_text(seq)
+        longest = max(len(s) for s in seq.params.stop)
+        search_from = max(new_start - longest + 1, 0)  # a stop string may straddle the old text
+        found = [(seq.text.find(s, search_from), s) for s in seq.params.stop]
+        found = [(at, s) for at, s in found if at >= 0]
+        if not found:
+            return False
+        at, stop = min(found)
+        seq.text = seq.text[:at]
+        return self._finish(seq, "stop", stop)
+
+    @staticmethod
+    def _finish(seq: Sequence, reason: str, stop_reason: int | str | None) -> bool:
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+        return True

@@ -1,0 +1,99 @@
+"""Decides, every step, which sequences run and how many of their tokens.
+
+One token budget covers decode tokens and prefill chunks alike, so a step can mix both and a long
+prompt is prefilled in chunks across steps (continuous batching with chunked prefill). Running
+sequences go first, oldest first; waiting ones join while budget, sequence slots and blocks last.
+When blocks run out, the newest running sequence is preempted: its blocks are freed and it is
+recomputed later, which keeps the oldest always moving, so the engine can neither crash nor stall.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from bulkinfer.engine.block_manager import BlockManager
+from bulkinfer.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)  # per sequence, this step
+
+    def add(self, seq: Sequence, num_new: int) -> None:
+        self.seqs.append(seq)
+        self.num_new_tokens.append(num_new)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    def __bool__(self) -> bool:
+        return bool(self.seqs)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        preemptions_before = self.num_preemptions
+        budget = self._schedule_running(batch, self.max_num_batched_tokens)
+        if self.num_preemptions == preemptions_before:
+            self._schedule_waiting(batch, budget)
+        return batch
+
+    def finish(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            seq.status = SequenceStatus.FINISHED
+            self.block_manager.free(seq)
+        self.running = [seq for seq in self.running if not seq.is_finished]
+
+    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            num_new = min(seq.num_uncomputed_tokens, budget)
+            if self._make_room(seq, num_new):
+                self.block_manager.allocate_slots(seq, num_new)
+                batch.add(seq, num_new)
+                budget -= num_new
+            index += 1
+        return budget
+
+    def _make_room(self, seq: Sequence, num_new: int) -> bool:
+        """Preempt the newest running sequences until seq's tokens fit; False if seq itself went."""
+        while not self.block_manager.can_allocate(seq, num_new):
+            victim = self.running.pop()
+            self.block_manager.free(victim)
+            victim.reset_for_recompute()
+            self.waiting.appendleft(victim)
+            self.num_preemptions += 1
+            if victim is seq:
+                return False
+        return True
+
+    def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            num_new = self.block_manager.admit(seq, budget)
+            if num_new == 0:
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.add(seq, num_new)
+            budget -= num_new

@@ -1,0 +1,72 @@
+"""A Sequence is one sample being generated: its tokens, its place in the KV cache, its state."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import torch
+
+from bulkinfer.outputs import PositionLogprobs
+from bulkinfer.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    def __init__(self, request_id: Any, index: int, prompt_token_ids: list[int], params: SamplingParams,
+                 generator: torch.Generator | None, arrival: int):
+        self.request_id = request_id
+        self.index = index  # which of the request's n samples this is
+        self.prompt_token_ids = prompt_token_ids
+        self.token_ids = list(prompt_token_ids)  # prompt then output
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.generator = generator
+        self.arrival = arrival  # admission order; preemption takes the newest first
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0  # tokens whose K/V are in the cache
+        self.num_cached_tokens = 0  # of those, how many came from the prefix cache
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # prefix-cache hashes of its full blocks, in order
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+        self.text = ""  # kept up to date while running only when stop strings need it
+        self.prefix_offset = 0  # incremental detokenizer's window, see engine/detokenizer.py
+        self.read_offset: int | None = None
+        self.cumulative_logprob = 0.0
+        self.logprobs: list[PositionLogprobs] | None = [] if params.logprobs is not None else None
+        self.prompt_logprobs: list[PositionLogprobs | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def reset_for_recompute(self) -> None:
+        """After preemption: the cache is gone, prompt and output so far are prefilled again."""
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.block_table = []

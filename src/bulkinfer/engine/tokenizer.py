@@ -1,0 +1,30 @@
+"""The checkpoint's tokenizer and the token ids that end a generation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: the tokenizer could not be loaded ({str(exc).splitlines()[0]})") from None
+
+
+def eos_token_ids(path: Path, hf_config: dict, tokenizer) -> set[int]:
+    """EOS ids from generation_config.json, config.json and the tokenizer; each may hold several."""
+    ids: set[int] = set()
+    generation_config = path / "generation_config.json"
+    sources = [hf_config.get("eos_token_id"), tokenizer.eos_token_id]
+    if generation_config.is_file():
+        sources.append(json.loads(generation_config.read_text()).get("eos_token_id"))
+    for value in sources:
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(v for v in value if isinstance(v, int))
+    return ids
