@@ -1,0 +1,231 @@
+"""Tiny random Hugging Face checkpoints, built locally so tests never download weights.
+
+A checkpoint here is a directory that `AutoModelForCausalLM.from_pretrained` and
+`AutoTokenizer.from_pretrained` both accept: config.json, generation_config.json,
+safetensors weights (optionally sharded with an index) and a byte-level BPE tokenizer
+trained on a small generated corpus. The weights are random but seeded, so a given
+(arch, overrides) pair always yields the same tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import (
+    Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers,
+)
+from transformers import (
+    AutoModelForCausalLM,
+    GenerationConfig,
+    LlamaConfig,
+    MistralConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+BOS, EOS, EOT, PAD = "<s>", "</s>", "<|eot|>", "<pad>"
+# transformers 5 loads any model_type "qwen2" checkpoint with Qwen2Tokenizer, which adds
+# "<|endoftext|>" as its unk token if missing; having it in every checkpoint keeps the vocab
+# identical across architectures.
+UNK = "<|endoftext|>"
+# Trained first, so they get ids 0..4 in this order.
+SPECIAL_TOKENS = [PAD, BOS, EOS, EOT, UNK]
+# Qwen2Tokenizer also rebuilds the normalizer and pre-tokenizer from fixed settings, so we train
+# with exactly those (NFC, this split regex, byte-level without its own regex): every arch then
+# tokenizes the same way whichever class AutoTokenizer picks.
+SPLIT_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+               r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+TOKENIZER_VOCAB_TARGET = 700  # not a multiple of 8, so the model's vocab has padding rows
+
+# Llama-style: BOS written by the template itself, so rendering then encoding with
+# add_special_tokens=True would double it; callers must tokenize with add_special_tokens=False.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|eot|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+SIZES: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=512,
+    # The HF default 0.02 gives near-uniform logits (std ~0.16) and greedy output stuck on one
+    # token; 0.3 gives logit std ~2.4, varied greedy output and rare near-ties, while sampling
+    # still has more than one likely token.
+    initializer_range=0.3,
+    rms_norm_eps=1e-6,
+)
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+# arch -> (config class, settings on top of SIZES). `eos_list` means generation_config.json
+# stops on both "</s>" and "<|eot|>", as Llama 3 and Qwen checkpoints do. Seeds differ so that
+# llama and mistral (the same network) still get different weights.
+ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
+    "llama": (LlamaConfig, dict(seed=0, tie_word_embeddings=False, eos_list=False)),
+    "llama3": (LlamaConfig, dict(seed=1, tie_word_embeddings=True, eos_list=True,
+                                 rope_theta=500000.0, rope_scaling=LLAMA3_ROPE)),
+    # Mistral's config defaults to a 4096-token window; no window unless a test asks for one.
+    "mistral": (MistralConfig, dict(seed=2, tie_word_embeddings=False, eos_list=False,
+                                    sliding_window=None)),
+    # Qwen2 always has q/k/v biases; its config has no switch for them.
+    "qwen2": (Qwen2Config, dict(seed=3, tie_word_embeddings=True, eos_list=True,
+                                rope_theta=1000000.0)),
+    # Qwen3: q/k RMSNorm, and heads * head_dim (128) != hidden_size (64).
+    "qwen3": (Qwen3Config, dict(seed=4, tie_word_embeddings=False, eos_list=True, head_dim=32,
+                                rope_theta=1000000.0)),
+}
+
+# Options make_checkpoint handles itself rather than passing to the config class.
+_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype")
+
+
+@functools.lru_cache(maxsize=1)
+def _trained_tokenizer_json() -> str:
+    """Train once per process; the JSON is copied into every checkpoint."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB_TARGET,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        # All 256 byte symbols, so any UTF-8 text (é, 日本, emoji) can be encoded.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    bos_id = tokenizer.token_to_id(BOS)
+    tokenizer.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(
+            single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]),
+    ])
+    return tokenizer.to_str()
+
+
+def _corpus() -> list[str]:
+    """A few thousand deterministic English-ish lines: digits, punctuation, some non-ASCII."""
+    rng = random.Random(0)
+    words = _WORDS.split() + [_pseudo_word(rng) for _ in range(150)]
+    lines = [f"{i} + {i + 1} = {2 * i + 1}\n" for i in range(200)]
+    for _ in range(4000):
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
+        if rng.random() < 0.3:
+            sentence += f" at {rng.randint(0, 23)}:{rng.randint(0, 59):02d}"
+            sentence += f" in {rng.randint(1900, 2030)}"
+        ending = rng.choice([".", "!", "?", "...", ";", ",", ":"])
+        ending += rng.choice(["\n", " ", "\n\n"])
+        lines.append(sentence[0].upper() + sentence[1:] + ending)
+    return lines
+
+
+def _pseudo_word(rng: random.Random) -> str:
+    # Made-up words give BPE more distinct pieces to merge than a short word list alone.
+    syllables = [rng.choice("bcdfghklmnprstvwz") + rng.choice("aeiou")
+                 for _ in range(rng.randint(1, 3))]
+    return "".join(syllables) + rng.choice(["", "n", "s", "r", "t"])
+
+
+_WORDS = """
+the a an and or but if then so because of to in on at by for with from about into over after
+model user engine friend batch team scheduler request cache cat teacher city river house
+book letter story question answer number file block result line weather apple menu output
+token sequence prompt system assistant message time day year week morning night water light
+read write answer count find send keep build load check return explain print sort store run
+is are was were be been have has had do does did can could will would should may might must
+good small large new old long short first last next early late quick slow happy bright dark
+one two three four five six seven eight nine ten hundred thousand many few every some each
+I you he she it we they me him her us them my your his its our their this that these those
+café naïve résumé façade über 日本 東京 こんにちは 世界 Привет мир مرحبا
+"""
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The shared test tokenizer, wrapped for transformers with special tokens and template."""
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_trained_tokenizer_json()),
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        extra_special_tokens=[EOT],
+        chat_template=CHAT_TEMPLATE,
+        # Keeps " ." and " 's" as written, so decode(encode(text)) == text.
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def padded_vocab_size(tokenizer_size: int) -> int:
+    """Round up to a multiple of 8, as real checkpoints pad the embedding for GEMM efficiency."""
+    return (tokenizer_size + 7) // 8 * 8
+
+
+def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
+    """Write a tiny random checkpoint of `arch` (a key of ARCHS) into `path` and return it.
+
+    Overrides go to the config class (e.g. num_key_value_heads=1, tie_word_embeddings=False),
+    except these, which make_checkpoint handles itself:
+      sharded: bool, write several shards plus model.safetensors.index.json (default False)
+      seed: int, for torch.manual_seed (default: fixed per arch)
+      dtype: "float32" | "bfloat16" | "float16", the saved weights' dtype (default "float32")
+      eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
+    """
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    path = Path(path)
+    config_class, arch_settings = ARCHS[arch]
+    settings = {**SIZES, **arch_settings, **overrides}
+    own = {key: settings.pop(key, None) for key in _OWN_OPTIONS}
+    tokenizer = build_tokenizer()
+    vocab_size = padded_vocab_size(len(tokenizer))
+    config = config_class(**settings, **_token_ids(tokenizer), vocab_size=vocab_size)
+    model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32")
+    model.generation_config = _generation_config(tokenizer, eos_list=bool(own["eos_list"]))
+    model.save_pretrained(path, max_shard_size="200KB" if own["sharded"] else "50GB")
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
+    return dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
+
+
+def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        # Rows past the tokenizer exist only as padding. Zeroing them gives those ids a logit
+        # of 0, far below the real maximum, so greedy decoding never emits an id the tokenizer
+        # cannot decode.
+        model.get_input_embeddings().weight[tokenizer_size:] = 0
+        model.get_output_embeddings().weight[tokenizer_size:] = 0
+    return model.to(getattr(torch, dtype)).eval()
+
+
+def _generation_config(tokenizer: PreTrainedTokenizerFast, eos_list: bool) -> GenerationConfig:
+    eot_id = tokenizer.convert_tokens_to_ids(EOT)
+    eos = [tokenizer.eos_token_id, eot_id] if eos_list else tokenizer.eos_token_id
+    return GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=eos,
+                            pad_token_id=tokenizer.pad_token_id)

@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny random Hugging Face checkpoints built once per test session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from checkpoints import make_checkpoint
+
+CheckpointFactory = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory) -> CheckpointFactory:
+    """`factory(arch, **overrides) -> Path`; each distinct (arch, overrides) is built once.
+
+    The returned directory is shared by every test in the session: treat it as read-only.
+    """
+    root = tmp_path_factory.mktemp("checkpoints")
+    built: dict[str, Path] = {}
+
+    def factory(arch: str, **overrides: Any) -> Path:
+        # JSON, not a tuple, so dict-valued overrides such as rope_scaling can be cache keys.
+        key = json.dumps([arch, overrides], sort_keys=True)
+        if key not in built:
+            built[key] = make_checkpoint(root / f"{arch}-{len(built)}", arch, **overrides)
+        return built[key]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(checkpoint_factory: CheckpointFactory) -> Path:
+    """The default "llama" checkpoint: untied embeddings, 4 heads over 2 KV heads."""
+    return checkpoint_factory("llama")
