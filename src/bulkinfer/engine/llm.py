@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Sequence as SequenceOf
+import itertools
+from typing import Hashable, Sequence as SequenceOf
 
 import torch
 from tqdm.auto import tqdm
@@ -65,6 +66,7 @@ class LLM:
         self.requests: dict[Hashable, Request] = {}
         self._failed: list[Request] = []  # refused at add time, reported by the next step()
         self._arrivals = 0
+        self._generate_ids = itertools.count()
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
 
     @property
@@ -132,17 +134,20 @@ class LLM:
         params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
-        base = self._arrivals  # ids unique even if the streaming interface is also in use
+        positions = {}
         for index, (prompt, p) in enumerate(zip(prompts, params)):
-            self.add_request(("generate", base + index), prompt, p)
-        results: dict[int, RequestOutput] = {}
+            request_id = f"generate-{next(self._generate_ids)}"
+            positions[request_id] = index
+            self.add_request(request_id, prompt, p)
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        remaining = len(prompts)
         with tqdm(total=len(prompts), desc="requests", disable=not use_tqdm) as bar:
-            while len(results) < len(prompts):
+            while remaining:
                 for output in self.step():
-                    results[output.request_id[1] - base] = output
-                    output.request_id = output.request_id[1] - base
+                    results[positions.pop(output.request_id)] = output
+                    remaining -= 1
                     bar.update(1)
-        return [results[index] for index in range(len(prompts))]
+        return results
 
     # ---- internals -----------------------------------------------------------------------
 

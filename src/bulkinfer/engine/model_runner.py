@@ -75,31 +75,24 @@ class ModelRunner:
 
     def _prepare(self, batch: ScheduledBatch):
         bs = self.block_size
-        input_ids, positions, slots, starts, seq_lens = [], [], [], [0], []
-        sample_rows, sample_seqs, prompt_rows, prompt_slices = [], [], [], []
+        chunks = [(seq.num_computed_tokens, seq.num_computed_tokens + n) for seq, n in zip(batch.seqs, batch.num_new_tokens)]
+        starts = np.cumsum([0] + batch.num_new_tokens)
         tables = np.zeros((len(batch.seqs), max(len(s.block_table) for s in batch.seqs)), dtype=np.int32)
-        for i, (seq, num_new) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
-            begin, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new
+        input_ids, positions, slots = [], [], []
+        for i, (seq, (begin, end)) in enumerate(zip(batch.seqs, chunks)):
             pos = np.arange(begin, end)
-            table = np.asarray(seq.block_table, dtype=np.int64)
+            tables[i, :len(seq.block_table)] = seq.block_table
             input_ids.extend(seq.token_ids[begin:end])
             positions.append(pos)
-            slots.append(table[pos // bs] * bs + pos % bs)
-            tables[i, :len(table)] = table
-            starts.append(starts[-1] + num_new)
-            seq_lens.append(end)
-            if end == len(seq):
-                sample_rows.append(starts[-1] - 1)
-                sample_seqs.append(seq)
-            if seq.params.prompt_logprobs is not None and begin < seq.num_prompt_tokens - 1:
-                # Row p predicts prompt token p + 1; the last prompt row's logits are sampled instead.
-                last = min(end, seq.num_prompt_tokens - 1)
-                prompt_slices.append((seq, begin + 1, len(prompt_rows), len(prompt_rows) + last - begin))
-                prompt_rows.extend(range(starts[-2], starts[-2] + last - begin))
+            slots.append(tables[i, pos // bs].astype(np.int64) * bs + pos % bs)
+        sample_seqs = [seq for seq, (_, end) in zip(batch.seqs, chunks) if end == len(seq)]
+        sample_rows = [starts[i + 1] - 1 for i, (seq, (_, end)) in enumerate(zip(batch.seqs, chunks)) if end == len(seq)]
+        prompt_rows, prompt_slices = self._prompt_logprob_rows(batch.seqs, chunks, starts)
         device = self.device
+        seq_lens = [end for _, end in chunks]
         attn = AttentionMetadata(
             slot_mapping=torch.from_numpy(np.concatenate(slots)).to(device),
-            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+            query_start_loc=torch.from_numpy(starts.astype(np.int32)).to(device),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
             block_tables=torch.from_numpy(tables).to(device),
             max_query_len=max(batch.num_new_tokens),
@@ -112,3 +105,16 @@ class ModelRunner:
             logit_rows=torch.tensor(sample_rows + prompt_rows, dtype=torch.long, device=device),
         )
         return inputs, sample_seqs, prompt_slices
+
+    @staticmethod
+    def _prompt_logprob_rows(seqs: list[Sequence], chunks: list[tuple[int, int]], starts: np.ndarray):
+        """Rows whose logits score the next prompt token, for sequences that asked for that."""
+        rows, slices = [], []
+        for i, (seq, (begin, end)) in enumerate(zip(seqs, chunks)):
+            if seq.params.prompt_logprobs is None or begin >= seq.num_prompt_tokens - 1:
+                continue
+            # Row p predicts prompt token p + 1; the last prompt row's logits are sampled instead.
+            last = min(end, seq.num_prompt_tokens - 1)
+            slices.append((seq, begin + 1, len(rows), len(rows) + last - begin))
+            rows.extend(range(int(starts[i]), int(starts[i]) + last - begin))
+        return rows, slices
