@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ._triton import jit, next_power_of_2, tl
+
 
 def rms_norm_ref(
     x: torch.Tensor,  # [num_tokens, hidden]
@@ -22,3 +24,64 @@ def rms_norm_ref(
     x32 = x.float()
     normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * normed.to(x.dtype), residual
+
+
+@jit
+def _rms_norm_kernel(
+    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
+    x_stride, residual_stride, hidden, eps,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < hidden
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        residual = tl.load(residual_ptr + row * residual_stride + cols, mask=mask, other=0.0)
+        # Rounded to the input dtype before it is stored and normed, as the reference's `x + residual`.
+        x = (x.to(tl.float32) + residual.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        tl.store(residual_out_ptr + row * hidden + cols, x, mask=mask)
+    x32 = x.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=0) / hidden + eps)
+    normed = (x32 * inv_rms).to(x_ptr.dtype.element_ty).to(tl.float32)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * hidden + cols, (weight * normed).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm_triton(
+    x: torch.Tensor,  # [..., hidden]
+    weight: torch.Tensor,  # [hidden]
+    eps: float,
+    residual: torch.Tensor | None = None,  # same shape and dtype as x
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Triton version of :func:`rms_norm_ref`, residual add fused (one read of x and residual).
+
+    Grid: ``(num_rows,)``; axis 0 is the row, normed whole by one program (the row's sum of
+    squares needs all of it). Memory per row: reads x, the residual if any, and the weight (cached
+    across rows); writes the output and, with a residual, the new residual.
+    """
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"residual {tuple(residual.shape)} {residual.dtype} does not match "
+                         f"x {tuple(x.shape)} {x.dtype}")
+    shape, hidden = x.shape, x.shape[-1]
+    rows = _rows(x, hidden)
+    out = torch.empty(rows.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
+    has_residual = residual is not None
+    # Without a residual the kernel never touches these pointers; any tensor will do.
+    res_in = _rows(residual, hidden) if has_residual else rows
+    res_out = torch.empty(rows.shape, dtype=x.dtype, device=x.device) if has_residual else out
+    if rows.shape[0] > 0:
+        block = next_power_of_2(hidden)
+        _rms_norm_kernel[(rows.shape[0],)](
+            rows, res_in, weight.contiguous(), out, res_out,
+            rows.stride(0), res_in.stride(0), hidden, eps,
+            HAS_RESIDUAL=has_residual, BLOCK=block, num_warps=min(16, max(1, block // 512)),
+        )
+    return out.view(shape), res_out.view(shape) if has_residual else None
+
+
+def _rows(x: torch.Tensor, hidden: int) -> torch.Tensor:
+    # The kernel needs unit stride along hidden and one stride between rows; reshape keeps a view
+    # when it can.
+    rows = x.reshape(-1, hidden)
+    return rows if rows.stride(-1) == 1 else rows.contiguous()

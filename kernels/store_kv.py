@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ._triton import jit, next_power_of_2, tl
+
 
 def store_kv_ref(
     key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
@@ -21,3 +23,63 @@ def store_kv_ref(
     slots = slot_mapping[keep]
     k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep].to(k_cache.dtype)
     v_cache.view(-1, *v_cache.shape[2:])[slots] = value[keep].to(v_cache.dtype)
+
+
+@jit
+def _store_kv_kernel(
+    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+    key_stride_t, key_stride_h, value_stride_t, value_stride_h,
+    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    if slot < 0:
+        return  # a padding token: it costs one index read
+    heads = tl.arange(0, BLOCK_H)[:, None]
+    dims = tl.arange(0, BLOCK_D)[None, :]
+    mask = (heads < NUM_KV_HEADS) & (dims < HEAD_DIM)
+    key = tl.load(key_ptr + token * key_stride_t + heads * key_stride_h + dims, mask=mask)
+    value = tl.load(value_ptr + token * value_stride_t + heads * value_stride_h + dims, mask=mask)
+    dst = slot * (NUM_KV_HEADS * HEAD_DIM) + heads * HEAD_DIM + dims
+    tl.store(k_cache_ptr + dst, key.to(k_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_cache_ptr + dst, value.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+def store_kv_triton(
+    key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim], any row/head strides
+    value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], contiguous
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # [num_tokens] int32 or int64
+) -> None:
+    """Triton version of :func:`store_kv_ref`.
+
+    Grid: ``(num_tokens,)``; axis 0 is the new token, whose program copies all its KV heads.
+    Memory: reads ``num_tokens * (2 * num_kv_heads * head_dim)`` elements and one slot id per
+    token, writes the same elements into the cache; padding tokens read only their slot id.
+    """
+    num_tokens, num_kv_heads, head_dim = key.shape
+    if num_tokens == 0:
+        return
+    _check_cache(k_cache, v_cache, num_kv_heads, head_dim)
+    key, value = _unit_stride(key), _unit_stride(value)
+    _store_kv_kernel[(num_tokens,)](
+        key, value, k_cache, v_cache, slot_mapping,
+        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
+        BLOCK_H=next_power_of_2(num_kv_heads), BLOCK_D=next_power_of_2(head_dim),
+    )
+
+
+def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, num_kv_heads: int, head_dim: int) -> None:
+    if k_cache.shape != v_cache.shape or tuple(k_cache.shape[2:]) != (num_kv_heads, head_dim):
+        raise ValueError(f"KV cache shapes {tuple(k_cache.shape)} / {tuple(v_cache.shape)} do not fit "
+                         f"{num_kv_heads} KV heads of size {head_dim}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("the KV cache must be contiguous: slots are addressed as flat rows")
+
+
+def _unit_stride(x: torch.Tensor) -> torch.Tensor:
+    # The kernel walks head_dim with unit stride; other strides are passed through.
+    return x if x.stride(-1) == 1 else x.contiguous()
