@@ -7,12 +7,26 @@ New token ``j`` sits at position ``seq_len - q_len + j`` and attends causally to
 
 The reference below is also the CPU execution path: it gathers each sequence's blocks and calls
 PyTorch's scaled_dot_product_attention, batching all decode rows into one call.
+
+The Triton path (``paged_attention_triton``) splits the rows between two kernels on the device, by
+each sequence's ``q_len``, so the host never reads the lengths:
+
+- decode rows (``q_len == 1``): one program per (sequence, KV head, split) loads each key/value of
+  its split once for the whole query group (GQA), and a second pass merges the splits
+  (flash-decoding) when the launcher splits the keys;
+- prefill/extend rows (``q_len > 1``): flash attention over tiles of ``BLOCK_Q`` new tokens times
+  the query group, reading the paged prefix and the new tokens' own keys, causally.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+
+from ._triton import jit, next_power_of_2, tl
 
 
 def paged_attention_ref(
@@ -23,6 +37,9 @@ def paged_attention_ref(
     seq_lens: torch.Tensor,  # [num_seqs] int32
     block_tables: torch.Tensor,  # [num_seqs, max_blocks] int32
     scale: float,
+    *,
+    max_query_len: int | None = None,  # hints for the Triton launcher; the reference reads the lengths
+    max_seq_len: int | None = None,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
@@ -74,3 +91,306 @@ def _extend(q, k_cache, v_cache, block_table, seq_len, scale):
         q.transpose(0, 1).to(k.dtype), k, v, attn_mask=mask, is_causal=causal, scale=scale,
         enable_gqa=q.shape[1] != k.shape[0])
     return out.transpose(0, 1).to(q.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Triton path
+
+
+_LOG2_E = 1.4426950408889634  # softmax runs in base 2 (exp2 is one instruction): scores are scaled by it
+_MIN_KEYS_PER_SPLIT = 256  # a shorter split costs more in partial writes and the merge than it saves
+_MAX_SPLITS = 16
+
+
+@jit
+def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, scale_log2,
+            cache_stride_b, cache_stride_t, dims,
+            HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+            MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Folds keys ``start .. start + BLOCK_N`` into the running base-2 softmax (m, l, acc) of q's rows.
+
+    k_ptr / v_ptr point at this KV head in block 0; keys are gathered token by token through the
+    block table, so BLOCK_N and the cache's block size are independent. Without MASKED every key of
+    the slice must be below kv_end and visible to every row.
+    """
+    pos = start + tl.arange(0, BLOCK_N)
+    in_range = pos < kv_end
+    blocks = tl.load(table_ptr + pos // BLOCK_SIZE, mask=in_range, other=0).to(tl.int64)
+    rows = (blocks * cache_stride_b + (pos % BLOCK_SIZE) * cache_stride_t)[:, None] + dims[None, :]
+    kv_mask = in_range[:, None] & (dims < HEAD_DIM)[None, :]
+    k = tl.load(k_ptr + rows, mask=kv_mask, other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    if MASKED:
+        s = tl.where((pos[None, :] <= q_pos[:, None]) & in_range[None, :], s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m - m_new)
+    v = tl.load(v_ptr + rows, mask=kv_mask, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l * alpha + tl.sum(p, 1), acc
+
+
+@jit
+def _decode_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_out_ptr, part_lse_ptr,
+    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    num_heads, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    token = tl.load(query_start_loc_ptr + seq)
+    if tl.load(query_start_loc_ptr + seq + 1) - token != 1:
+        return  # not a decode row: the extend kernel's
+    seq_len = tl.load(seq_lens_ptr + seq)
+    # Each split takes a whole number of BLOCK_N slices of this sequence's own keys.
+    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    kv_start = split * per_split
+    kv_end = tl.minimum(kv_start + per_split, seq_len)
+    full_end = kv_start + tl.maximum(kv_end - kv_start, 0) // BLOCK_N * BLOCK_N
+
+    group_rows = tl.arange(0, BLOCK_H)  # the query heads that share this KV head, padded to a dot's 16
+    heads = kv_head * GROUP + group_rows
+    dims = tl.arange(0, BLOCK_D)
+    row_mask = (group_rows < GROUP)[:, None] & (dims < HEAD_DIM)[None, :]
+    q = tl.load(q_ptr + token.to(tl.int64) * q_stride_t + heads[:, None] * q_stride_h + dims[None, :],
+                mask=row_mask, other=0.0)
+    q_pos = tl.zeros([BLOCK_H], tl.int32) + seq_len - 1
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    k_ptr = k_cache_ptr + kv_head * cache_stride_h
+    v_ptr = v_cache_ptr + kv_head * cache_stride_h
+    table = block_tables_ptr + seq.to(tl.int64) * table_stride
+    for start in range(kv_start, full_end, BLOCK_N):
+        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
+                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False,
+                            DOT_PRECISION)
+    for start in range(full_end, kv_end, BLOCK_N):  # the split's last, partial slice, if any
+        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
+                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
+                            DOT_PRECISION)
+
+    if NUM_SPLITS == 1:
+        out = acc / l[:, None]
+        tl.store(out_ptr + token.to(tl.int64) * out_stride_t + heads[:, None] * out_stride_h + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_mask)
+    else:
+        # An empty split (a short sequence in a long batch) stores lse = -inf and zeros: it weighs nothing.
+        part = (seq.to(tl.int64) * num_heads + heads) * NUM_SPLITS + split
+        l_safe = tl.where(l > 0, l, 1.0)
+        tl.store(part_lse_ptr + part, tl.where(l > 0, m + tl.log2(l_safe), float("-inf")), mask=group_rows < GROUP)
+        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc / l_safe[:, None], mask=row_mask)
+
+
+@jit
+def _merge_splits_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr, query_start_loc_ptr, out_stride_t, out_stride_h,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    token = tl.load(query_start_loc_ptr + seq)
+    if tl.load(query_start_loc_ptr + seq + 1) - token != 1:
+        return
+    first = (seq.to(tl.int64) * tl.num_programs(1) + head) * NUM_SPLITS
+    splits = tl.arange(0, BLOCK_SPLITS)
+    dims = tl.arange(0, BLOCK_D)
+    lse = tl.load(part_lse_ptr + first + splits, mask=splits < NUM_SPLITS, other=float("-inf"))
+    weights = tl.exp2(lse - tl.max(lse, 0))
+    mask = (splits < NUM_SPLITS)[:, None] & (dims < HEAD_DIM)[None, :]
+    parts = tl.load(part_out_ptr + (first + splits)[:, None] * HEAD_DIM + dims[None, :], mask=mask, other=0.0)
+    out = tl.sum(parts * weights[:, None], 0) / tl.sum(weights, 0)
+    tl.store(out_ptr + token.to(tl.int64) * out_stride_t + head * out_stride_h + dims,
+             out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
+@jit
+def _tile_owner(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
+    """The last sequence i whose first tile, ``query_start_loc[i] // BLOCK_Q + i``, is <= tile."""
+    lo = tl.full([], 0, tl.int32)
+    hi = tl.full([], 0, tl.int32) + num_seqs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        starts_before = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid <= tile
+        lo = tl.where(starts_before, mid, lo)
+        hi = tl.where(starts_before, hi, mid)
+    return lo
+
+
+@jit
+def _extend_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    num_seqs, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr,
+    GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    seq = _tile_owner(query_start_loc_ptr, tile, num_seqs, BLOCK_Q)
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_end = tl.load(query_start_loc_ptr + seq + 1)
+    first = q_start + (tile - q_start // BLOCK_Q - seq) * BLOCK_Q  # this tile's first new token
+    if (q_end - q_start <= 1) | (first >= q_end):
+        return  # a decode row (the decode kernel's) or a spare tile past the sequence's tokens
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context = seq_len - (q_end - q_start)  # tokens cached before this step's
+
+    # Rows are (token, query head of the group), token-major, so one KV load serves them all.
+    rows = tl.arange(0, BLOCK_Q * GROUP_PAD)
+    tokens = first + rows // GROUP_PAD
+    heads = kv_head * GROUP + rows % GROUP_PAD
+    dims = tl.arange(0, BLOCK_D)
+    row_mask = ((tokens < q_end) & (rows % GROUP_PAD < GROUP))[:, None] & (dims < HEAD_DIM)[None, :]
+    q = tl.load(q_ptr + tokens.to(tl.int64)[:, None] * q_stride_t + heads[:, None] * q_stride_h + dims[None, :],
+                mask=row_mask, other=0.0)
+    q_pos = context + tokens - q_start
+    first_pos = context + first - q_start
+    kv_end = tl.minimum(seq_len, first_pos + BLOCK_Q)  # past the tile's last token nothing is visible
+    full_end = first_pos // BLOCK_N * BLOCK_N  # keys before the tile's first token: visible to all rows
+    m = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
+    acc = tl.zeros([BLOCK_Q * GROUP_PAD, BLOCK_D], tl.float32)
+    k_ptr = k_cache_ptr + kv_head * cache_stride_h
+    v_ptr = v_cache_ptr + kv_head * cache_stride_h
+    table = block_tables_ptr + seq.to(tl.int64) * table_stride
+    for start in range(0, full_end, BLOCK_N):
+        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
+                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False,
+                            DOT_PRECISION)
+    for start in range(full_end, kv_end, BLOCK_N):  # the causal diagonal
+        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
+                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
+                            DOT_PRECISION)
+    out = acc / l[:, None]
+    tl.store(out_ptr + tokens.to(tl.int64)[:, None] * out_stride_t + heads[:, None] * out_stride_h + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+@dataclass(frozen=True)
+class _Tiles:
+    block_m: int  # extend rows per program: BLOCK_Q new tokens x the padded query group
+    block_n: int  # keys per inner step, in both kernels
+    extend_warps: int
+    decode_warps: int
+    stages: int
+
+
+def _tiles(head_dim: int, device: torch.device) -> _Tiles:
+    if device.type != "cuda":  # the interpreter: small tiles, so short test sequences span several
+        return _Tiles(block_m=32, block_n=32, extend_warps=4, decode_warps=4, stages=1)
+    if head_dim <= 128:
+        return _Tiles(block_m=128, block_n=64, extend_warps=8, decode_warps=4, stages=2)
+    return _Tiles(block_m=64, block_n=32, extend_warps=4, decode_warps=4, stages=2)
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device) -> int:
+    """How many slices the decode kernel cuts each sequence's keys into (a power of two).
+
+    Enough (sequence, KV head, split) programs to give every multiprocessor about four, but no
+    split shorter than _MIN_KEYS_PER_SPLIT keys: a big batch runs unsplit, a lone long sequence
+    splits up to _MAX_SPLITS ways.
+    """
+    wanted = -(-4 * _multiprocessors(device) // max(1, num_seqs * num_kv_heads))
+    splits = max(1, min(wanted, -(-max_seq_len // _MIN_KEYS_PER_SPLIT), _MAX_SPLITS))
+    return 1 << (splits.bit_length() - 1)  # few distinct values, so few compiled variants
+
+
+def paged_attention_triton(
+    query: torch.Tensor,  # [num_tokens, num_heads, head_dim], unit stride on head_dim
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], contiguous
+    v_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
+    seq_lens: torch.Tensor,  # [num_seqs] int32
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks] int32
+    scale: float,
+    *,
+    max_query_len: int | None = None,
+    max_seq_len: int | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    """Triton version of :func:`paged_attention_ref`; reads no tensor back to the host.
+
+    The hints are optional upper bounds: ``max_query_len == 1`` skips the extend launch, and
+    ``max_seq_len`` (default: the block table's capacity) sizes the split count. ``num_splits``
+    overrides :func:`choose_num_splits`.
+
+    Decode grid ``(num_seqs, num_kv_heads, num_splits)``: a sequence, one of its KV heads, one
+    slice of its keys. Memory: each key and value of a decode sequence is read once per KV head
+    (not once per query head); with splits, fp32 partial outputs ``[num_seqs, num_heads, splits,
+    head_dim]`` are written and read back by the merge grid ``(num_seqs, num_heads)``.
+
+    Extend grid ``(num_tokens // BLOCK_Q + num_seqs, num_kv_heads)``: axis 0 a tile of BLOCK_Q new
+    tokens of one sequence (sequence i's tiles start at ``query_start_loc[i] // BLOCK_Q + i``, so
+    the count is a bound known without reading the lengths; spare tiles exit at once), axis 1 the
+    KV head whose query group the tile's rows cover. Memory: each tile reads its sequence's keys and
+    values up to its last token once, plus its queries, and writes its outputs.
+    """
+    num_tokens, num_heads, head_dim = query.shape
+    _check_inputs(query, k_cache, v_cache, block_tables)
+    query = query if query.stride(-1) == 1 else query.contiguous()
+    out = torch.empty_like(query)
+    num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    tiles = _tiles(head_dim, query.device)
+    group = num_heads // num_kv_heads
+    args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
+    strides = (scale * _LOG2_E, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
+    shape = dict(GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
+                 BLOCK_D=next_power_of_2(head_dim),
+                 DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32")
+    if max_query_len is None or max_query_len > 1:
+        _launch_extend(args, strides, shape, tiles, num_tokens, num_seqs, num_kv_heads)
+    if num_splits is None:
+        bound = max_seq_len if max_seq_len is not None else block_tables.shape[1] * block_size
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, bound, query.device)
+    _launch_decode(args, strides, shape, tiles, num_splits)
+    return out
+
+
+def _launch_extend(args, strides, shape, tiles: _Tiles, num_tokens: int, num_seqs: int, num_kv_heads: int) -> None:
+    group_pad = next_power_of_2(shape["GROUP"])
+    block_q = max(1, tiles.block_m // group_pad)
+    grid = (num_tokens // block_q + num_seqs, num_kv_heads)
+    _extend_kernel[grid](*args, num_seqs, *strides, **shape, BLOCK_Q=block_q, GROUP_PAD=group_pad,
+                         num_warps=tiles.extend_warps, num_stages=tiles.stages)
+
+
+def _launch_decode(args, strides, shape, tiles: _Tiles, num_splits: int) -> None:
+    query, k_cache, out, query_start_loc, seq_lens = args[0], args[1], args[3], args[4], args[5]
+    num_seqs, num_heads, head_dim = seq_lens.shape[0], query.shape[1], query.shape[2]
+    parts = lse = out  # placeholders: an unsplit launch writes the output directly
+    if num_splits > 1:
+        parts = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=out.device)
+        lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=out.device)
+    grid = (num_seqs, k_cache.shape[2], num_splits)
+    _decode_kernel[grid](*args[:4], parts, lse, *args[4:], num_heads, *strides, **shape,
+                         NUM_SPLITS=num_splits, BLOCK_H=max(16, next_power_of_2(shape["GROUP"])),
+                         num_warps=tiles.decode_warps, num_stages=tiles.stages)
+    if num_splits > 1:
+        _merge_splits_kernel[(num_seqs, num_heads)](
+            parts, lse, out, query_start_loc, out.stride(0), out.stride(1), HEAD_DIM=head_dim,
+            NUM_SPLITS=num_splits, BLOCK_SPLITS=next_power_of_2(num_splits), BLOCK_D=shape["BLOCK_D"])
+
+
+def _check_inputs(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  block_tables: torch.Tensor) -> None:
+    num_heads, head_dim = query.shape[1:]
+    if k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim or num_heads % k_cache.shape[2]:
+        raise ValueError(f"query {tuple(query.shape)} does not fit the KV cache {tuple(k_cache.shape)} / "
+                         f"{tuple(v_cache.shape)}: head sizes must match and heads divide by KV heads")
+    if not (query.dtype == k_cache.dtype == v_cache.dtype):
+        raise ValueError(f"query and KV cache dtypes differ: {query.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(-1) == 1):
+        raise ValueError("the KV cache must be contiguous and block_tables rows unit-strided")
