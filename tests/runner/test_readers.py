@@ -1,0 +1,72 @@
+import gzip
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from bulkinfer.runner.inputs import read_rows, scan_inputs, windows
+from bulkinfer.runner.rowset import RowSet
+from bulkinfer.runner.sources import resolve_sources
+from helpers import write_jsonl, write_parquet
+
+
+def _rows(paths: list[Path], done: RowSet | None = None, batch_rows: int = 3):
+    files = scan_inputs(resolve_sources([str(p) for p in paths]))
+    return files, list(read_rows(files, done or RowSet(), batch_rows))
+
+
+def test_every_non_blank_line_is_one_row_and_bad_lines_say_where(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [
+        {"prompt": "good"},
+        "{not json",
+        "[1, 2]",
+        '"just a string"',
+        b'{"prompt": "caf\xe9"}',
+        {"prompt": "x", "error": "mine"},
+        {"prompt": "last"},
+    ], blank_every=2)
+    files, rows = _rows([path])
+    assert files[0].rows == 7
+    assert [row.index for row in rows] == list(range(7))
+    assert rows[0].values == {"prompt": "good"} and rows[0].error is None
+    # Lines are counted physically (blank lines included), as an editor shows them.
+    assert rows[1].error == "in.jsonl line 2: not valid JSON (Expecting property name enclosed in double quotes at column 2)"
+    assert rows[2].error == "in.jsonl line 4: expected a JSON object, got an array"
+    assert rows[3].error == "in.jsonl line 5: expected a JSON object, got a string"
+    assert rows[4].error == "in.jsonl line 7: not valid UTF-8 (byte 0xe9 at offset 15)"
+    assert rows[5].error == "in.jsonl line 8: has a key 'error', which is also an output column"
+    assert rows[6].where == "in.jsonl line 10" and rows[6].error is None
+
+
+def test_compressed_jsonl_streams(tmp_path: Path) -> None:
+    gz = tmp_path / "in.jsonl.gz"
+    with gzip.open(gz, "wt") as handle:
+        handle.write('{"prompt": "a"}\n\n{"prompt": "b"}\n')
+    zst = tmp_path / "in.jsonl.zst"
+    with pa.output_stream(str(zst), compression="zstd") as stream:
+        stream.write(b'{"prompt": "c"}\n')
+    files, rows = _rows([gz, zst])
+    assert [f.rows for f in files] == [2, 1]
+    assert [(r.index, r.values["prompt"]) for r in rows] == [(0, "a"), (1, "b"), (2, "c")]
+
+
+def test_parquet_rows_continue_the_numbering_across_files(tmp_path: Path) -> None:
+    first = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "a0"}, {"prompt": "a1"}])
+    second = write_parquet(tmp_path / "b.parquet", [{"prompt": f"b{i}", "n": i} for i in range(7)], row_group_size=2)
+    files, rows = _rows([first, second])
+    assert [f.rows for f in files] == [2, 7]
+    assert [(r.index, r.values["prompt"]) for r in rows] == [(0, "a0"), (1, "a1")] + [(2 + i, f"b{i}") for i in range(7)]
+    assert rows[4].where == "b.parquet row 3"
+
+
+def test_done_rows_are_skipped_without_changing_positions(tmp_path: Path) -> None:
+    jsonl = write_jsonl(tmp_path / "a.jsonl", [{"prompt": str(i)} for i in range(5)])
+    parquet = write_parquet(tmp_path / "b.parquet", [{"prompt": str(i)} for i in range(6)])
+    done = RowSet([0, 1, 2, 3, 4, 5, 6, 7, 9])  # all of a.jsonl, the first batch of b.parquet, and row 9
+    _, rows = _rows([jsonl, parquet], done)
+    assert [(r.index, r.values["prompt"]) for r in rows] == [(8, "3"), (10, "5")]
+
+
+@pytest.mark.parametrize("count, size, expected", [(0, 3, []), (7, 3, [3, 3, 1]), (6, 3, [3, 3])])
+def test_windows_split_the_stream(count: int, size: int, expected: list[int]) -> None:
+    assert [len(window) for window in windows(iter(range(count)), size)] == expected
