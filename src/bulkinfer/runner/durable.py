@@ -1,0 +1,37 @@
+"""The few primitives that make a write survive a crash or power loss: fsync a file, its directory,
+and replace a file atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO
+
+
+def sync_file(handle: IO[bytes]) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def sync_dir(path: Path) -> None:
+    """Make a create, rename or delete inside `path` durable (the entry lives in the directory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Rename a fully written, fsynced temporary file into place, durably."""
+    os.replace(tmp, final)
+    sync_dir(final.parent)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """After a crash `path` holds either its old content or `data`, never a mix."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        sync_file(handle)
+    publish(tmp, path)
