@@ -1,0 +1,109 @@
+"""Write a job's results, every row once and in input order, to one Parquet or JSONL file.
+
+Shards hold rows in the order they finished, so export walks the row positions in chunks and, for
+each chunk, reads only the shards whose span overlaps it: memory stays bounded by a chunk and a few
+shards, however large the job.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bulkinfer.runner.errors import UsageError
+from bulkinfer.runner.jobdir import JobDir
+from bulkinfer.runner.jsonl_writer import json_line
+from bulkinfer.runner.progress import JobProgress, load_progress
+from bulkinfer.runner.rows import ROW_INDEX
+from bulkinfer.runner.shards import ShardStore
+from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, FORMAT_SUFFIXES
+from bulkinfer.runner.tables import conform, unified_schema
+
+CHUNK_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    rows: int
+    rows_failed: int
+    rows_total: int
+
+
+def export_job(output: Path, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS) -> ExportResult:
+    directory = JobDir(output)
+    directory.require_job()
+    rows_total = directory.read_manifest()["rows_total"]
+    progress = load_progress(directory.ledger_path)
+    if progress.rows_done < rows_total and not partial:
+        raise UsageError(f"{output}: the job is not complete ({progress.rows_done:,} of {rows_total:,} rows); "
+                         f"run it again to finish it, or pass --partial to export what is done")
+    fmt = _format_of(destination)
+    store = ShardStore(directory.shards_path)
+    schema = _schema(store, progress)
+    tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
+    rows = _write(tmp, fmt, schema, _chunks(store, progress, schema, chunk_rows))
+    os.replace(tmp, destination)
+    return ExportResult(rows, progress.rows_failed, rows_total)
+
+
+def _format_of(destination: Path) -> str:
+    name = destination.name.lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        name = name.removesuffix(suffix)
+    fmt = FORMAT_SUFFIXES.get(Path(name).suffix)
+    if fmt is None:
+        raise UsageError(f"{destination}: name it .parquet or .jsonl (optionally .jsonl.gz or .jsonl.zst)")
+    if fmt == "parquet" and name != destination.name.lower():
+        raise UsageError(f"{destination}: Parquet compresses internally; name it .parquet")
+    if not destination.parent.is_dir():
+        raise UsageError(f"{destination.parent}: no such directory")
+    return fmt
+
+
+def _schema(store: ShardStore, progress: JobProgress) -> pa.Schema:
+    return unified_schema(store.schema(span.name) for span in progress.shards)
+
+
+def _chunks(store: ShardStore, progress: JobProgress, schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
+    end = max((span.last + 1 for span in progress.shards), default=0)
+    for start in range(0, end, chunk_rows):
+        stop = start + chunk_rows
+        parts = [conform(store.read_range(span.name, start, stop), schema)
+                 for span in progress.shards if span.first < stop and span.last >= start]
+        if parts:
+            table = pa.concat_tables(parts).sort_by(ROW_INDEX)
+            _check_unique(table)
+            yield table
+
+
+def _check_unique(table: pa.Table) -> None:
+    """Exactly once is the job's promise; a repeated row here would mean the ledger was tampered with."""
+    positions = table.column(ROW_INDEX)
+    if len(positions) > 1 and not pc.all(pc.greater(positions[1:], positions[:-1])).as_py():
+        raise RuntimeError("a row appears twice among the committed shards")
+
+
+def _write(path: Path, fmt: str, schema: pa.Schema, tables: Iterator[pa.Table]) -> int:
+    rows = 0
+    if fmt == "parquet":
+        with pq.ParquetWriter(path, schema) as writer:
+            for table in tables:
+                writer.write_table(table)
+                rows += table.num_rows
+        return rows
+    with pa.output_stream(str(path), compression="detect") as stream:
+        for table in tables:
+            _write_jsonl(stream, table)
+            rows += table.num_rows
+    return rows
+
+
+def _write_jsonl(stream: IO[bytes], table: pa.Table) -> None:
+    for batch in table.to_batches():
+        stream.write(b"".join(json_line(row) for row in batch.to_pylist()))

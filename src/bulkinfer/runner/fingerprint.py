@@ -1,0 +1,74 @@
+"""What makes a job this job: its inputs, model and every setting that changes a result.
+
+Stored in OUT/job.json at the start; a rerun on the same directory continues only when its
+fingerprint is equal, so a resumed output never mixes results of two different jobs. Settings that
+only change speed (batch sizes, window sizes) are left out, so they can be tuned between runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from bulkinfer.models.loader import ModelNotFoundError, resolve_model_path
+from bulkinfer.runner.config import SAMPLING_FIELDS, JobConfig
+from bulkinfer.runner.errors import UsageError
+
+PROMPT_FIELDS = ("prompt_column", "messages_column", "system_prompt", "id_column", "param_columns", "truncate")
+_SHOWN_CHARS = 60
+
+
+def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`inputs`: each file's identity (see inputs.identity_of)."""
+    return {
+        "inputs": inputs,
+        "model": config.model,
+        "model_files": model_identity(config.model),
+        "dtype": config.dtype,
+        "max_model_len": config.max_model_len,
+        **{name: getattr(config, name) for name in PROMPT_FIELDS},
+        **{name: getattr(config, name) for name in SAMPLING_FIELDS},
+    }
+
+
+def model_identity(model: str) -> dict[str, str | int]:
+    """Hashes of the checkpoint's small JSON files (config, tokenizer, chat template) and weight sizes."""
+    try:
+        path = resolve_model_path(model)
+    except ModelNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    identity: dict[str, str | int] = {}
+    for file in sorted(path.iterdir()):
+        if file.suffix == ".json":
+            identity[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+        elif file.suffix == ".safetensors":
+            identity[file.name] = file.stat().st_size  # hashing gigabytes would delay every start
+    return identity
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One readable phrase per setting that differs."""
+    found = _input_differences(old.get("inputs", []), new.get("inputs", []))
+    for key in sorted((set(old) | set(new)) - {"inputs"}):
+        if old.get(key) != new.get(key):
+            found.append(f"{key} {_shown(old.get(key))} -> {_shown(new.get(key))}")
+    return found
+
+
+def _input_differences(old: list[dict], new: list[dict]) -> list[str]:
+    old_by_path = {item["path"]: item for item in old}
+    new_by_path = {item["path"]: item for item in new}
+    found = [f"input {path} removed" for path in old_by_path if path not in new_by_path]
+    found += [f"input {path} added" for path in new_by_path if path not in old_by_path]
+    for path in old_by_path.keys() & new_by_path.keys():
+        changed = [key for key in ("format", "size", "mtime_ns") if old_by_path[path][key] != new_by_path[path][key]]
+        if changed:
+            found.append(f"input {path} changed ({', '.join(changed)})")
+    if not found and [item["path"] for item in old] != [item["path"] for item in new]:
+        found.append("inputs given in a different order")
+    return found
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."

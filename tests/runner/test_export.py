@@ -1,0 +1,79 @@
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from bulkinfer.runner.errors import UsageError
+from bulkinfer.runner.export import export_job
+from bulkinfer.runner.jobdir import JobDir
+from bulkinfer.runner.ledger import Ledger, make_commit
+from bulkinfer.runner.shards import ShardStore
+from helpers import read_results
+
+
+def _result(index: int) -> dict:
+    failed = index % 5 == 0
+    return {"row_index": index, "prompt": f"p{index}", "generated_text": None if failed else f"g{index}",
+            "error": f"bad {index}" if failed else None}
+
+
+def _job(root: Path, shards: list[list[int]], rows_total: int, fmt: str = "parquet") -> Path:
+    """A job directory whose ledger commits the given shards (lists of row positions)."""
+    directory = JobDir(root)
+    directory.create_root()
+    directory.write_manifest({"fingerprint": {}, "inputs": [], "rows_total": rows_total, "created": "now"})
+    store, ledger = ShardStore(directory.shards_path, fmt), Ledger(directory.ledger_path)
+    for seq, rows in enumerate(shards, 1):
+        results = [_result(i) for i in rows]
+        name = store.write(seq, results)
+        ledger.append(make_commit(seq, name, rows, sum(r["error"] is not None for r in results)))
+    ledger.close()
+    return root
+
+
+@pytest.mark.parametrize("fmt, destination", [("parquet", "out.parquet"), ("jsonl", "out.jsonl"),
+                                              ("parquet", "out.jsonl.gz")])
+def test_export_writes_every_row_once_in_input_order(tmp_path: Path, fmt: str, destination: str) -> None:
+    order = list(range(57))
+    random.Random(1).shuffle(order)
+    shards = [order[i:i + 10] for i in range(0, 57, 10)]
+    out = _job(tmp_path / "job", shards, rows_total=57, fmt=fmt)
+    result = export_job(out, tmp_path / destination, chunk_rows=16)
+    assert (result.rows, result.rows_failed) == (57, 12)
+    if destination.endswith(".gz"):
+        rows = [json.loads(line) for line in gzip.open(tmp_path / destination, "rt")]
+    else:
+        rows = read_results(tmp_path / destination)
+    assert rows == [_result(i) for i in range(57)]
+
+
+def test_an_unfinished_job_exports_only_with_partial(tmp_path: Path) -> None:
+    out = _job(tmp_path / "job", [[0, 2]], rows_total=4)
+    with pytest.raises(UsageError, match=r"not complete \(2 of 4 rows\)"):
+        export_job(out, tmp_path / "out.parquet")
+    assert export_job(out, tmp_path / "out.parquet", partial=True).rows == 2
+    assert [row["row_index"] for row in read_results(tmp_path / "out.parquet")] == [0, 2]
+
+
+def test_shard_files_the_ledger_does_not_list_are_not_exported(tmp_path: Path) -> None:
+    out = _job(tmp_path / "job", [[0, 1]], rows_total=2)
+    ShardStore(out / "shards").write(2, [_result(1)])  # written, but the crash came before the ledger line
+    assert [row["row_index"] for row in read_results(_export(out, tmp_path))] == [0, 1]
+
+
+def test_bad_destinations_are_usage_errors(tmp_path: Path) -> None:
+    out = _job(tmp_path / "job", [[0]], rows_total=1)
+    for destination, message in [("out.csv", "name it .parquet or .jsonl"), ("out.parquet.gz", "name it .parquet"),
+                                 ("missing/out.jsonl", "no such directory")]:
+        with pytest.raises(UsageError, match=message):
+            export_job(out, tmp_path / destination)
+    with pytest.raises(UsageError, match="not a bulkinfer output directory"):
+        export_job(tmp_path, tmp_path / "out.jsonl")
+
+
+def _export(out: Path, tmp_path: Path) -> Path:
+    destination = tmp_path / "exported.parquet"
+    export_job(out, destination)
+    return destination

@@ -1,0 +1,53 @@
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bulkinfer.runner.errors import UsageError
+from bulkinfer.runner.lock import Holder, JobLock, current_holder, read_holder
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from bulkinfer.runner.lock import JobLock
+JobLock(Path(sys.argv[1])).acquire()
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def _holder_process(path: Path) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "locked"
+    return process
+
+
+def test_a_live_holder_is_refused_by_name_and_a_killed_one_is_taken_over(tmp_path: Path) -> None:
+    path = tmp_path / ".lock"
+    holder = _holder_process(path)
+    try:
+        with pytest.raises(UsageError, match=f"in use by another bulkinfer run \\(pid {holder.pid} on "):
+            JobLock(path).acquire()
+        assert current_holder(path).pid == holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert current_holder(path) is None  # the kernel dropped the dead run's lock; its record stays
+    assert read_holder(path).pid == holder.pid
+    lock = JobLock(path)
+    lock.acquire()
+    assert read_holder(path).pid == os.getpid()
+    lock.release()
+
+
+def test_liveness_of_a_recorded_holder() -> None:
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    here = socket.gethostname()
+    assert not Holder(finished.pid, here, "").may_be_alive()
+    assert Holder(os.getpid(), here, "").may_be_alive()
+    assert Holder(finished.pid, "some-other-host", "").may_be_alive()  # cannot tell: assume it runs
