@@ -1,0 +1,49 @@
+"""Ctrl-C and SIGTERM: the first asks the job to stop cleanly, a second one exits at once.
+
+Exiting at once is safe: anything not yet in the ledger is redone on resume, and a half-written
+shard or ledger line is cleaned up then.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType, TracebackType
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.received is not None
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM)."""
+        return 128 + (self.received or 0)
+
+    def __enter__(self) -> StopSignals:
+        for signum in HANDLED:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, kind: type | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            _say("bulkinfer: second signal, exiting now; committed results are safe\n")
+            os._exit(128 + signum)
+        self.received = signum
+        _say("bulkinfer: stopping: committing finished rows (send the signal again to exit at once)\n")
+
+
+def _say(message: str) -> None:
+    # os.write, not print: the handler may run while the main thread is inside a write to stderr.
+    os.write(2, message.encode())
