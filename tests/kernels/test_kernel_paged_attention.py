@@ -93,6 +93,13 @@ def test_mixed_batch(dtype, block_size):
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_many_sequences(dtype):
+    # Enough sequences that finding a tile's owner takes several halvings of the binary search.
+    rows = [(1 + i % 3, 1 + i % 3 + (i * 7) % 20) for i in range(37)]
+    check(make_batch(rows, 4, 2, 64, dtype, seed=5), num_splits=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_long_decode_splits(dtype):
     batch = make_batch([(1, 300), (1, 3)], 4, 1, 64, dtype, seed=3)
     auto = choose_num_splits(2, 1, 300, DEVICE)
