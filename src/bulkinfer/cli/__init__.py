@@ -1,0 +1,34 @@
+"""The `bulkinfer` command: one verb per subcommand; exit 0 success, 1 failure, 2 a usage mistake."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from bulkinfer.cli.export import export_command, status_command
+from bulkinfer.cli.run import run_command
+from bulkinfer.runner.errors import UsageError
+
+# Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
+CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
+
+app = typer.Typer(name="bulkinfer", help="Offline bulk batch inference for LLMs.", add_completion=False,
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+app.command("run", help="Run a job over a dataset, or resume it.")(run_command)
+app.command("export", help="Write a job's results, in input order, to one .parquet or .jsonl file.")(export_command)
+app.command("status", help="Report how far a job is.")(status_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: a user's mistake prints one line, with no traceback, and exits 2."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="bulkinfer", standalone_mode=False)
+    except (*CLI_USAGE_ERRORS, UsageError) as exc:
+        message = str(exc) if isinstance(exc, UsageError) else exc.format_message()
+        print(f"bulkinfer: error: {message}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:  # Ctrl-C outside a job, e.g. while typer parses
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,35 @@
+"""`bulkinfer export` and `bulkinfer status`: read a job's output directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from bulkinfer.runner.export import export_job
+from bulkinfer.runner.status import job_status
+
+
+def export_command(
+    output: Path = typer.Argument(..., help="The job's output directory."),
+    file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst."),
+    partial: bool = typer.Option(False, "--partial", help="Export the rows done so far of an unfinished job."),
+) -> int:
+    result = export_job(output, file, partial=partial)
+    print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)
+    return 0
+
+
+def status_command(
+    output: Path = typer.Argument(..., help="The job's output directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a sentence."),
+) -> int:
+    status = job_status(output)
+    if as_json:
+        print(json.dumps(status.to_json()))
+    else:
+        print(f"{status.state}: {status.rows_done:,} of {status.rows_total:,} rows done, "
+              f"{status.rows_failed:,} with errors")
+    return 0
