@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-import json
+import os
+
+import torch
+
+# Triton decides when a kernel is defined whether to interpret it, so this must come before any
+# test imports bulkinfer: without a GPU, the Triton path runs in Triton's interpreter.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json  # noqa: E402
 from pathlib import Path
 from typing import Any, Callable
 

@@ -47,7 +47,8 @@ class Attention(nn.Module):
         self.ops.rotary(positions, q, k, rope_cache)
         self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping)
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
-                                       attn.seq_lens, attn.block_tables, self.scale)
+                                       attn.seq_lens, attn.block_tables, self.scale,
+                                       max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
