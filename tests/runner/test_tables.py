@@ -3,11 +3,11 @@ import pyarrow as pa
 from bulkinfer.runner.tables import conform, rows_to_table, unified_schema
 
 
-def test_uneven_rows_keep_every_key_and_odd_columns_become_json_text() -> None:
+def test_uneven_rows_keep_every_key_and_odd_columns_become_text() -> None:
     table = rows_to_table([{"row_index": 0, "a": 1, "mixed": 1, "empty": {}},
                            {"row_index": 1, "b": "x", "mixed": "one"}])
     assert table.column_names == ["row_index", "a", "mixed", "empty", "b"]
-    assert table.column("mixed").to_pylist() == ["1", '"one"']
+    assert table.column("mixed").to_pylist() == ["1", "one"]
     assert table.column("empty").to_pylist() == ["{}", None]
     assert table.column("a").type == pa.int64()
 
@@ -21,4 +21,6 @@ def test_schemas_unify_with_result_columns_last() -> None:
     assert schema.field("x").type == pa.string()  # a double in one shard, a string in another
     merged = pa.concat_tables([conform(t, schema) for t in (first, second, third)])
     assert merged.column("x").to_pylist() == [None, "2.5", "text"]
+    mixed = rows_to_table([{"row_index": 3, "x": {"a": 1}}, {"row_index": 4, "x": "plain"}])
+    assert conform(mixed, schema).column("x").to_pylist() == ['{"a": 1}', "plain"]
     assert merged.column("error").to_pylist() == [None, "bad", None]

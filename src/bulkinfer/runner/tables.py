@@ -1,7 +1,8 @@
 """Rows (dicts, possibly with uneven keys and types, as JSONL gives them) to Arrow tables, and back.
 
 A column whose values Arrow cannot hold in one type (a JSONL key that is a number on one line and a
-string on another) is kept as JSON text rather than dropped or refused.
+string on another) becomes a text column rather than being dropped or refused: strings stay as they
+are and other values are written as JSON, the same way in every shard, so shards still line up.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _column(values: list[Any]) -> pa.Array:
             return array
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
-    return _as_json_text(values)
+    return _as_text(values)
 
 
 def _common_type(types: list[pa.DataType]) -> pa.DataType:
@@ -68,11 +69,12 @@ def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray | pa.
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         if target != pa.string():
             raise
-        return _as_json_text(column.to_pylist())
+        return _as_text(column.to_pylist())
 
 
-def _as_json_text(values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None else json.dumps(v, default=json_default) for v in values], pa.string())
+def _as_text(values: list[Any]) -> pa.Array:
+    return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, default=json_default)
+                     for v in values], pa.string())
 
 
 def _storable(data_type: pa.DataType) -> bool:
