@@ -1,0 +1,48 @@
+"""Run the CLI in a child process (via crash_driver.py) and look at its output directory meanwhile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bulkinfer.runner.ledger import read_commits
+from bulkinfer.runner.progress import load_progress
+from bulkinfer.runner.rowset import RowSet
+
+DRIVER = Path(__file__).with_name("crash_driver.py")
+SETTINGS = ["--max-tokens", "6", "--temperature", "0", "--max-num-seqs", "8", "--window-rows", "16",
+            "--shard-rows", "8", "--commit-seconds", "0.3"]
+
+
+def start(model: Path, data: Path, out: Path, point: str = "none", nth: int = 0) -> subprocess.Popen:
+    command = [sys.executable, str(DRIVER), point, str(nth), "run", "--model", str(model), "--input", str(data),
+               "--output", str(out), *SETTINGS]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def commits(out: Path) -> int:
+    try:
+        return sum(1 for _ in read_commits(out / "ledger.jsonl"))
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 120.0) -> bool:
+    """Poll until `condition()` holds; False if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.02)
+    raise TimeoutError("the child process made no progress")
+
+
+def assert_consistent(out: Path) -> None:
+    """What a crash may leave: every ledger shard exists, and no row is committed twice."""
+    progress = load_progress(out / "ledger.jsonl", RowSet())
+    for span in progress.shards:
+        assert (out / "shards" / span.name).is_file()
