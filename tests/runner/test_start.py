@@ -86,3 +86,17 @@ def test_a_directory_with_other_files_is_not_taken(tmp_path: Path, tiny_llama: P
 def test_status_of_a_missing_job_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a bulkinfer output directory"):
         job_status(tmp_path)
+
+
+def test_a_crash_before_job_json_leaves_a_directory_that_can_still_start(tmp_path: Path, tiny_llama: Path) -> None:
+    out = tmp_path / "out"
+    (out / "shards").mkdir(parents=True)
+    (out / ".job.json.tmp").write_text("{half")
+    (out / ".lock").write_text("")
+    open_job(_config(tmp_path, tiny_llama)).close()
+
+
+def test_the_same_model_named_differently_is_the_same_job(tmp_path: Path, tiny_llama: Path, monkeypatch) -> None:
+    open_job(_config(tmp_path, tiny_llama)).close()
+    monkeypatch.chdir(tiny_llama.parent)
+    open_job(_config(tmp_path, Path(".") / tiny_llama.name)).close()

@@ -22,8 +22,7 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
     """`inputs`: each file's identity (see inputs.identity_of)."""
     return {
         "inputs": inputs,
-        "model": config.model,
-        "model_files": model_identity(config.model),
+        **model_identity(config.model),
         "dtype": config.dtype,
         "max_model_len": config.max_model_len,
         **{name: getattr(config, name) for name in PROMPT_FIELDS},
@@ -31,19 +30,20 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
     }
 
 
-def model_identity(model: str) -> dict[str, str | int]:
-    """Hashes of the checkpoint's small JSON files (config, tokenizer, chat template) and weight sizes."""
+def model_identity(model: str) -> dict[str, Any]:
+    """The checkpoint's directory, hashes of its small JSON files (config, tokenizer, chat template)
+    and the sizes of its weight files."""
     try:
-        path = resolve_model_path(model)
+        path = resolve_model_path(model).resolve()
     except ModelNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    identity: dict[str, str | int] = {}
+    files: dict[str, str | int] = {}
     for file in sorted(path.iterdir()):
         if file.suffix == ".json":
-            identity[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+            files[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
         elif file.suffix == ".safetensors":
-            identity[file.name] = file.stat().st_size  # hashing gigabytes would delay every start
-    return identity
+            files[file.name] = file.stat().st_size  # hashing gigabytes would delay every start
+    return {"model": str(path), "model_files": files}
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

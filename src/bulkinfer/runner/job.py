@@ -40,7 +40,7 @@ def run_job(config: JobConfig, reporter: Reporter | None = None) -> JobOutcome:
         job = open_job(config)
         try:
             rows_at_start = job.progress.rows_done
-            if rows_at_start < job.rows_total:
+            if rows_at_start < job.rows_total and not signals.requested:
                 _run_engine(config, job, signals, reporter)
             return JobOutcome(job.directory.root, job.rows_total, job.progress.rows_done,
                               job.progress.rows_failed, rows_at_start, signals.received)

@@ -30,6 +30,11 @@ class JobDir:
     def has_job(self) -> bool:
         return self.manifest_path.is_file()
 
+    def holds_other_files(self) -> bool:
+        """Whether anything but our own files is here (a crash before job.json may leave some of ours)."""
+        ours = {self.lock_path.name, self.shards_path.name, self.ledger_path.name, f".{self.manifest_path.name}.tmp"}
+        return any(path.name not in ours for path in self.root.iterdir())
+
     def require_job(self) -> None:
         if not self.has_job():
             raise UsageError(f"{self.root}: not a bulkinfer output directory (no job.json)")

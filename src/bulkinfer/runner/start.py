@@ -45,7 +45,7 @@ def open_job(config: JobConfig) -> OpenJob:
     check_columns(sources, config)
     directory = JobDir(Path(config.output))
     directory.create_root()
-    if not directory.has_job() and any(p.name != directory.lock_path.name for p in directory.root.iterdir()):
+    if not directory.has_job() and directory.holds_other_files():
         raise UsageError(f"{directory.root}: exists, is not empty and holds no bulkinfer job; "
                          f"choose an empty or new --output directory")
     lock = JobLock(directory.lock_path)
