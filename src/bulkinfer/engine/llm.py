@@ -16,7 +16,9 @@ from bulkinfer.engine.logprobs import position_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker
 from bulkinfer.engine.sampler import Sampler
+from bulkinfer.engine import scoring
 from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
+from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
@@ -77,16 +79,29 @@ class LLM:
 
     def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
         """Queue a request; its output comes back from a later step() once all its samples finish."""
+        text, token_ids = (prompt, self.tokenizer.encode(prompt)) if isinstance(prompt, str) else (None, list(prompt))
+        self._add(request_id, text, token_ids, params or SamplingParams())
+
+    def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
+        """Queue a prefill-only request that records the log-probability of every token from
+        position ``score_from`` on (in ``prompt_logprobs``) and generates nothing. The last token
+        is only predicted, never fed in: a text of max_model_len + 1 tokens fits."""
+        if not 1 <= score_from < len(token_ids):
+            raise ValueError(f"score_from must be in [1, {len(token_ids) - 1}], got {score_from}")
+        self._add(request_id, None, list(token_ids), SamplingParams(max_tokens=1, prompt_logprobs=0),
+                  score_from=score_from, scored_ids=list(token_ids))
+
+    def _add(self, request_id: Hashable, text: str | None, token_ids: list[int], params: SamplingParams,
+             **scoring) -> None:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
-        params = params or SamplingParams()
-        text, token_ids = (prompt, self.tokenizer.encode(prompt)) if isinstance(prompt, str) else (None, list(prompt))
         request = Request(request_id, text, token_ids, params, [])
-        request.error = self._refusal(token_ids, params)
+        prompt_ids = token_ids[:-1] if "scored_ids" in scoring else token_ids
+        request.error = self._refusal(token_ids, len(prompt_ids), 0 if "scored_ids" in scoring else params.max_tokens)
         if request.error:
             self._failed.append(request)
             return
-        request.seqs = [self._new_sequence(request, index) for index in range(params.n)]
+        request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
         for seq in request.seqs:
             self.scheduler.add(seq)
         self.requests[request_id] = request
@@ -100,6 +115,7 @@ class LLM:
             output = self.runner.execute(batch)
             self._advance(batch)
             self._record_prompt_logprobs(output)
+            finished += self._finish_prefill_only(batch)
             finished += self._take_sampled_tokens(output)
         self._stats.steps += 1
         return finished
@@ -149,31 +165,46 @@ class LLM:
                     bar.update(1)
         return results
 
+    # ---- scoring -------------------------------------------------------------------------
+
+    def loglikelihood(self, requests: list[tuple[str, str]], use_tqdm: bool = False) -> list[Loglikelihood]:
+        """For each (context, continuation): the continuation's summed log-probability and whether
+        it is the greedy continuation, tokenized as lm-evaluation-harness's hf backend does."""
+        return scoring.loglikelihood(self, requests, use_tqdm)
+
+    def loglikelihood_tokens(self, requests: list[tuple[list[int], list[int]]],
+                             use_tqdm: bool = False) -> list[Loglikelihood]:
+        return scoring.score_tokens(self, requests, use_tqdm)
+
+    def loglikelihood_rolling(self, texts: list[str], use_tqdm: bool = False) -> list[float]:
+        """Each text's total log-likelihood over windows of max_model_len, every token scored once."""
+        return scoring.loglikelihood_rolling(self, texts, use_tqdm)
+
     # ---- internals -----------------------------------------------------------------------
 
-    def _refusal(self, token_ids: list[int], params: SamplingParams) -> str | None:
+    def _refusal(self, token_ids: list[int], prompt_len: int, max_tokens: int) -> str | None:
         if not token_ids:
             return "the prompt is empty"
-        if len(token_ids) + params.max_tokens > self.max_model_len:
-            return (f"prompt ({len(token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds "
+        if prompt_len + max_tokens > self.max_model_len:
+            return (f"prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds "
                     f"max_model_len ({self.max_model_len})")
         if min(token_ids) < 0 or max(token_ids) >= self.model_config.vocab_size:
             return f"prompt has token ids outside the vocabulary (0..{self.model_config.vocab_size - 1})"
-        needed = self.block_manager.blocks_for(len(token_ids) + params.max_tokens)
+        needed = self.block_manager.blocks_for(prompt_len + max_tokens)
         if needed > self.block_manager.num_blocks:
             return (f"prompt plus max_tokens needs {needed} KV blocks but the whole pool has "
                     f"{self.block_manager.num_blocks}; raise num_kv_blocks or the memory budget")
         return None
 
-    def _new_sequence(self, request: Request, index: int) -> Sequence:
+    def _new_sequence(self, request: Request, prompt_ids: list[int], index: int, **scoring) -> Sequence:
         generator = None
         if request.params.seed is not None:
             # Each of the n samples gets its own stream, fixed by the seed and its index.
             generator = torch.Generator(device=self.config.device)
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
         self._arrivals += 1
-        return Sequence(request.request_id, index, request.prompt_token_ids, request.params, generator,
-                        self._arrivals)
+        return Sequence(request.request_id, index, prompt_ids, request.params, generator, self._arrivals,
+                        **scoring)
 
     def _advance(self, batch: ScheduledBatch) -> None:
         for seq, num_new in zip(batch.seqs, batch.num_new_tokens):
@@ -184,12 +215,18 @@ class LLM:
 
     def _record_prompt_logprobs(self, output: ModelOutput) -> None:
         for seq, first, logits in output.prompt_logits:
-            targets = torch.tensor(seq.prompt_token_ids[first:first + len(logits)], device=logits.device)
-            records = position_logprobs(logits.log_softmax(-1), targets, seq.params.prompt_logprobs,
-                                        self.tokenizer)
+            targets = torch.tensor(seq.scored_ids[first:first + len(logits)], device=logits.device)
+            # Scoring requests skip decoding each token's text: they can be whole documents.
+            tokenizer = None if seq.prefill_only else self.tokenizer
+            records = position_logprobs(logits.log_softmax(-1), targets, seq.params.prompt_logprobs, tokenizer)
             if seq.prompt_logprobs is None:
-                seq.prompt_logprobs = [None]  # the first prompt token has nothing before it
+                seq.prompt_logprobs = [None] * first  # positions before the first scored one
             seq.prompt_logprobs.extend(records)
+
+    def _finish_prefill_only(self, batch: ScheduledBatch) -> list[RequestOutput]:
+        done = [seq for seq in batch.seqs if seq.prefill_only and seq.num_uncomputed_tokens == 0]
+        self.scheduler.finish(done)
+        return self._collect_finished(done)
 
     def _take_sampled_tokens(self, output: ModelOutput) -> list[RequestOutput]:
         if not output.sample_seqs:

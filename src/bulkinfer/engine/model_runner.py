@@ -85,8 +85,10 @@ class ModelRunner:
             input_ids.extend(seq.token_ids[begin:end])
             positions.append(pos)
             slots.append(tables[i, pos // bs].astype(np.int64) * bs + pos % bs)
-        sample_seqs = [seq for seq, (_, end) in zip(batch.seqs, chunks) if end == len(seq)]
-        sample_rows = [starts[i + 1] - 1 for i, (seq, (_, end)) in enumerate(zip(batch.seqs, chunks)) if end == len(seq)]
+        sampled = [i for i, (seq, (_, end)) in enumerate(zip(batch.seqs, chunks))
+                   if end == len(seq) and not seq.prefill_only]
+        sample_seqs = [batch.seqs[i] for i in sampled]
+        sample_rows = [int(starts[i + 1]) - 1 for i in sampled]
         prompt_rows, prompt_slices = self._prompt_logprob_rows(batch.seqs, chunks, starts)
         device = self.device
         seq_lens = [end for _, end in chunks]
@@ -108,13 +110,16 @@ class ModelRunner:
 
     @staticmethod
     def _prompt_logprob_rows(seqs: list[Sequence], chunks: list[tuple[int, int]], starts: np.ndarray):
-        """Rows whose logits score the next prompt token, for sequences that asked for that."""
+        """Rows whose logits score the next prompt token, for sequences that want those scores."""
         rows, slices = [], []
         for i, (seq, (begin, end)) in enumerate(zip(seqs, chunks)):
-            if seq.params.prompt_logprobs is None or begin >= seq.num_prompt_tokens - 1:
+            if seq.score_from is None:
                 continue
-            # Row p predicts prompt token p + 1; the last prompt row's logits are sampled instead.
-            last = min(end, seq.num_prompt_tokens - 1)
-            slices.append((seq, begin + 1, len(rows), len(rows) + last - begin))
-            rows.extend(range(int(starts[i]), int(starts[i]) + last - begin))
+            # Row p predicts scored token p + 1 (a generating sequence samples from its last row).
+            first, last = max(begin, seq.score_from - 1), min(end, len(seq.scored_ids) - 1)
+            if first >= last:
+                continue
+            slices.append((seq, first + 1, len(rows), len(rows) + last - first))
+            offset = int(starts[i]) - begin
+            rows.extend(range(offset + first, offset + last))
         return rows, slices

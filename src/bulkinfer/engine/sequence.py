@@ -19,7 +19,8 @@ class SequenceStatus(enum.Enum):
 
 class Sequence:
     def __init__(self, request_id: Any, index: int, prompt_token_ids: list[int], params: SamplingParams,
-                 generator: torch.Generator | None, arrival: int):
+                 generator: torch.Generator | None, arrival: int, score_from: int | None = None,
+                 scored_ids: list[int] | None = None):
         self.request_id = request_id
         self.index = index  # which of the request's n samples this is
         self.prompt_token_ids = prompt_token_ids
@@ -41,6 +42,13 @@ class Sequence:
         self.cumulative_logprob = 0.0
         self.logprobs: list[PositionLogprobs] | None = [] if params.logprobs is not None else None
         self.prompt_logprobs: list[PositionLogprobs | None] | None = None
+        # The first prompt position whose log-probability is recorded (None: none is); such
+        # positions must be computed, so the prefix cache may serve only the tokens before them.
+        self.score_from = 1 if params.prompt_logprobs is not None and score_from is None else score_from
+        # The tokens scored, by position: the prompt's own, or for a scoring request the whole
+        # text, whose last token is only ever a target and so is not part of the prompt.
+        self.scored_ids = prompt_token_ids if scored_ids is None else scored_ids
+        self.prefill_only = scored_ids is not None  # done once the prompt is computed, nothing sampled
 
     def __len__(self) -> int:
         return len(self.token_ids)
