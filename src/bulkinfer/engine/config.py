@@ -24,6 +24,7 @@ class EngineConfig:
     kv_cache_memory_gb: float  # the CPU pool's byte budget
     gpu_memory_utilization: float  # the fraction of GPU memory the model and the pool may use
     enable_prefix_caching: bool
+    enforce_eager: bool  # no CUDA graphs for decode steps
     attention_backend: str
     seed: int
 

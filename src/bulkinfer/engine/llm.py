@@ -35,7 +35,7 @@ class LLM:
                  num_kv_blocks: int | None = None, block_size: int = 16, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto", seed: int = 0,
                  tensor_parallel_size: int = 1, kv_cache_memory_gb: float = 4.0,
-                 gpu_memory_utilization: float = 0.9):
+                 gpu_memory_utilization: float = 0.9, enforce_eager: bool = False):
         if tensor_parallel_size != 1:
             raise ValueError("tensor_parallel_size > 1 is not supported yet")
         check_positive(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -54,6 +54,7 @@ class LLM:
             kv_cache_memory_gb=kv_cache_memory_gb,
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
             attention_backend=attention_backend,
             seed=seed,
         )

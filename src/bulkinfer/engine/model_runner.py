@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.decode_graphs import DecodeGraphs
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.layers.attention_metadata import AttentionMetadata
@@ -49,6 +50,11 @@ class ModelRunner:
         self.kv_cache = torch.zeros(shape, dtype=config.dtype, device=config.device)
         for index, layer in enumerate(self.model.attention_layers()):
             layer.k_cache, layer.v_cache = self.kv_cache[0, index], self.kv_cache[1, index]
+        self.decode_graphs = None
+        if self.device.type == "cuda" and self.ops.name == "triton" and not config.enforce_eager:
+            max_blocks = -(-config.max_model_len // self.block_size)
+            self.decode_graphs = DecodeGraphs(self.model, min(config.max_num_seqs, 256), max_blocks,
+                                              config.max_model_len, self.device, capture=True)
 
     def _blocks_that_fit(self, model: ModelConfig) -> int:
         bytes_per_block = (2 * model.num_layers * self.block_size * model.num_kv_heads * model.head_dim
@@ -66,7 +72,10 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> ModelOutput:
         inputs, sample_seqs, prompt_slices = self._prepare(batch)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn)
+        if self.decode_graphs is not None and self.decode_graphs.fits(inputs.attn):
+            hidden = self.decode_graphs.run(inputs.input_ids, inputs.positions, inputs.attn)
+        else:
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn)
         logits = self.model.compute_logits(hidden[inputs.logit_rows])
         num_sampled = len(sample_seqs)
         prompt_logits = [(seq, first, logits[num_sampled + start:num_sampled + end])
