@@ -12,13 +12,14 @@ from bulkinfer.runner.progress import load_progress
 from bulkinfer.runner.rowset import RowSet
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
-SETTINGS = ["--max-tokens", "6", "--temperature", "0", "--max-num-seqs", "8", "--window-rows", "16",
-            "--shard-rows", "8", "--commit-seconds", "0.3"]
+# Small windows and shards, so that even a short job crosses many window and commit boundaries.
+SETTINGS = dict(max_tokens=6, temperature=0.0, max_num_seqs=8, window_rows=16, shard_rows=8, commit_seconds=0.3)
 
 
 def start(model: Path, data: Path, out: Path, point: str = "none", nth: int = 0) -> subprocess.Popen:
+    flags = [part for name, value in SETTINGS.items() for part in ("--" + name.replace("_", "-"), str(value))]
     command = [sys.executable, str(DRIVER), point, str(nth), "run", "--model", str(model), "--input", str(data),
-               "--output", str(out), *SETTINGS]
+               "--output", str(out), *flags]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.cli import main
-from helpers import prompts, read_results, write_jsonl
+from runner_files import prompts, read_results, write_jsonl
 
 
 def _main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:

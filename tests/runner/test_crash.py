@@ -12,7 +12,7 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.progress import load_progress
-from helpers import prompts, read_results, write_jsonl
+from runner_files import prompts, read_results, write_jsonl
 from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
 ROWS = 96
@@ -29,9 +29,7 @@ def data(tmp_path_factory) -> Path:
 def baseline(data: Path, tiny_llama: Path, tmp_path_factory) -> list[dict]:
     """The uninterrupted run, in this process, with the same settings as the children."""
     root = tmp_path_factory.mktemp("baseline")
-    flags = dict(zip(SETTINGS[::2], SETTINGS[1::2]))
-    settings = {flag[2:].replace("-", "_"): float(value) if "." in value else int(value) for flag, value in flags.items()}
-    run_job(JobConfig(model=str(tiny_llama), input=[str(data)], output=str(root / "out"), **settings))
+    run_job(JobConfig(model=str(tiny_llama), input=[str(data)], output=str(root / "out"), **SETTINGS))
     return _exported(root / "out")
 
 

@@ -10,7 +10,7 @@ from bulkinfer.runner.export import export_job
 from bulkinfer.runner.jobdir import JobDir
 from bulkinfer.runner.ledger import Ledger, make_commit
 from bulkinfer.runner.shards import ShardStore
-from helpers import read_results
+from runner_files import read_results
 
 
 def _result(index: int) -> dict:

@@ -7,7 +7,7 @@ import pytest
 from bulkinfer.runner.inputs import read_rows, scan_inputs, windows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import resolve_sources
-from helpers import write_jsonl, write_parquet
+from runner_files import write_jsonl, write_parquet
 
 
 def _rows(paths: list[Path], done: RowSet | None = None, batch_rows: int = 3):

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from bulkinfer.runner.status import job_status
-from helpers import prompts, write_jsonl
+from runner_files import prompts, write_jsonl
 from subprocess_job import assert_consistent, commits, start, wait_for
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from bulkinfer.runner.errors import UsageError
 from bulkinfer.runner.sources import resolve_sources
-from helpers import write_jsonl, write_parquet
+from runner_files import write_jsonl, write_parquet
 
 
 def test_files_directories_and_globs_resolve_in_a_stable_order(tmp_path: Path) -> None:

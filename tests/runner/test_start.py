@@ -10,7 +10,7 @@ from bulkinfer.runner.errors import UsageError
 from bulkinfer.runner.ledger import make_commit
 from bulkinfer.runner.start import open_job
 from bulkinfer.runner.status import job_status
-from helpers import write_jsonl, write_parquet
+from runner_files import write_jsonl, write_parquet
 
 
 def _config(tmp_path: Path, model: Path, **settings) -> JobConfig:

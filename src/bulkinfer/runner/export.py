@@ -25,7 +25,7 @@ from bulkinfer.runner.shards import ShardStore
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, FORMAT_SUFFIXES
 from bulkinfer.runner.tables import conform, unified_schema
 
-CHUNK_ROWS = 100_000
+CHUNK_ROWS = 10_000  # rows per ordered slice; with the shards it overlaps, what export holds at once
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
     if progress.rows_done < rows_total and not partial:
         raise UsageError(f"{output}: the job is not complete ({progress.rows_done:,} of {rows_total:,} rows); "
                          f"run it again to finish it, or pass --partial to export what is done")
-    fmt = _format_of(destination)
+    fmt = _destination_format(destination)
     store = ShardStore(directory.shards_path)
     schema = _schema(store, progress)
     tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
@@ -52,7 +52,7 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
     return ExportResult(rows, progress.rows_failed, rows_total)
 
 
-def _format_of(destination: Path) -> str:
+def _destination_format(destination: Path) -> str:
     name = destination.name.lower()
     for suffix in COMPRESSION_SUFFIXES:
         name = name.removesuffix(suffix)
