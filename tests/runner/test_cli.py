@@ -32,6 +32,7 @@ def data(tmp_path: Path) -> Path:
     (["--output", "/proc/no/such/place"], "/proc/no/such/place: cannot create the output directory"),
     (["--input", "missing.jsonl"], "missing.jsonl: no such file or directory"),
     (["--model", "/no/such/model"], "/no/such/model: no such model directory"),
+    (["--attention-backend", "fast"], "attention_backend must be one of"),  # refused by the engine itself
 ])
 def test_usage_mistakes_print_one_line_and_exit_2(capsys, tmp_path: Path, tiny_llama: Path, data: Path,
                                                   arguments: list[str], message: str) -> None:

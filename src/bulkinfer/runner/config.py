@@ -50,6 +50,9 @@ class JobConfig:
     block_size: int = 16
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"
+    kv_cache_memory_gb: float | None = None  # None here and below: the engine's default
+    gpu_memory_utilization: float | None = None
+    enforce_eager: bool | None = None
     # Output and pacing.
     output_format: str = "parquet"
     window_rows: int = 20_000

@@ -9,14 +9,15 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.errors import UsageError
 
 
+# JobConfig fields passed to LLM under the same name; a None leaves the engine's own default.
+ENGINE_OPTIONS = ("dtype", "device", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size",
+                  "max_model_len", "enable_prefix_caching", "attention_backend", "kv_cache_memory_gb",
+                  "gpu_memory_utilization", "enforce_eager")
+
+
 def load_llm(config: JobConfig) -> LLM:
-    options: dict[str, Any] = dict(
-        dtype=config.dtype, device=config.device, max_num_seqs=config.max_num_seqs, block_size=config.block_size,
-        max_model_len=config.max_model_len, enable_prefix_caching=config.enable_prefix_caching,
-        attention_backend=config.attention_backend, num_kv_blocks=config.num_kv_blocks,
-    )
-    if config.max_num_batched_tokens is not None:
-        options["max_num_batched_tokens"] = config.max_num_batched_tokens
+    options: dict[str, Any] = {name: getattr(config, name) for name in ENGINE_OPTIONS
+                               if getattr(config, name) is not None}
     try:
         return LLM(config.model, **options)
     except ValueError as exc:  # the engine's refusals of a checkpoint or of engine settings
