@@ -1,0 +1,1 @@
+"""Throughput benchmarks: bulkinfer side by side with hand-written and transformers' batching."""

@@ -1,0 +1,53 @@
+"""Llama-shaped checkpoints with random weights, for benchmarks that need a model of a given size."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+
+
+SHAPES = {
+    "tiny": ModelShape(64, 2, 4, 2, 128, 1024),
+    "50m": ModelShape(512, 8, 8, 4, 1408, 32000),
+    "0.5b": ModelShape(896, 24, 14, 2, 4864, 151936),
+    "1.5b": ModelShape(1536, 28, 12, 2, 8960, 151936),
+}
+
+
+def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32", seed: int = 0) -> Path:
+    """Write a LlamaForCausalLM checkpoint with a word-level tokenizer covering its vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path.mkdir(parents=True, exist_ok=True)
+    if (path / "config.json").is_file():
+        return path
+    torch.manual_seed(seed)
+    config = LlamaConfig(**asdict(shape), max_position_embeddings=4096, tie_word_embeddings=False,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype=dtype)
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+    model.save_pretrained(path)
+    _word_tokenizer(shape.vocab_size).save_pretrained(path)
+    return path
+
+
+def _word_tokenizer(vocab_size: int):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    vocab = {token: i for i, token in enumerate(specials + [f"w{i}" for i in range(len(specials), vocab_size)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>", unk_token="<unk>")

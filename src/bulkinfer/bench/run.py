@@ -1,0 +1,112 @@
+"""One benchmark run: a model, a workload, the systems one after another in this process."""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bulkinfer.bench import systems
+from bulkinfer.bench.peak import matmul_tflops, model_flops
+from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
+from bulkinfer.bench.workloads import make_workload, prompt_tokens, useful_tokens
+from bulkinfer.engine.config import resolve_device, resolve_dtype
+from bulkinfer.models.loader import read_config, resolve_model_path
+
+SYSTEMS = ("bulkinfer", "static", "continuous")
+TEMPERATURE = {"mixed": 0.0, "prefix": 0.0, "synthetic": 0.8}
+
+
+def model_path(model: str, dtype: str) -> Path:
+    """A checkpoint path, or "random:SHAPE" for random weights of a known shape, cached on disk."""
+    if not model.startswith("random:"):
+        return resolve_model_path(model)
+    shape = model.split(":", 1)[1]
+    if shape not in SHAPES:
+        raise ValueError(f"unknown random shape {shape!r}; choose from {', '.join(SHAPES)}")
+    store = Path(tempfile.gettempdir()) / "bulkinfer-bench" / f"{shape}-{dtype}"
+    return make_random_checkpoint(store, SHAPES[shape], dtype="float32" if dtype == "auto" else dtype)
+
+
+def run_benchmark(model: str, workload: str, num_requests: int, dtype: str = "auto", device: str = "auto",
+                  compare: tuple[str, ...] = SYSTEMS, seed: int = 0, **engine_args) -> dict:
+    path = model_path(model, dtype)
+    model_config, _ = read_config(path)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, model_config, torch_device)
+    requests = make_workload(workload, num_requests, model_config.vocab_size, seed)
+    temperature = TEMPERATURE[workload]
+    max_len = max(len(r.prompt) + r.max_tokens for r in requests)
+    timings = []
+    for system in compare:
+        if system == "bulkinfer":
+            timings.append(systems.run_bulkinfer(path, requests, temperature, dtype=torch_dtype, device=device,
+                                                 max_model_len=max_len, **engine_args))
+        elif system == "static":
+            timings.append(systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device))
+        elif system == "continuous":
+            timings.append(systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device))
+        else:
+            raise ValueError(f"unknown system {system!r}; choose from {', '.join(SYSTEMS)}")
+    peak = matmul_tflops(torch_dtype, torch_device)
+    return _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
+
+
+def _report(path, model_config, workload, requests, dtype, device, timings, peak) -> dict:
+    useful = useful_tokens(requests)
+    layers = model_config.num_layers
+    params = _matmul_params(model_config)
+    rows = {}
+    for timing in timings:
+        flops = model_flops(params, layers, model_config.num_heads * model_config.head_dim, requests,
+                            timing.computed_prompt_tokens)
+        rows[timing.system] = {
+            "seconds": round(timing.seconds, 3),
+            "useful_output_tok_s": round(useful / timing.seconds, 1),
+            "total_tok_s": round((useful + prompt_tokens(requests)) / timing.seconds, 1),
+            "generated_tokens": timing.generated_tokens,
+            "mfu": round(flops / timing.seconds / 1e12 / peak, 3),
+        }
+    base = rows.get("bulkinfer", {}).get("useful_output_tok_s")
+    for name, row in rows.items():
+        if base and name != "bulkinfer":
+            row["bulkinfer_speedup"] = round(base / row["useful_output_tok_s"], 2)
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "machine": _machine(device), "model": str(path),
+        "matmul_params": params, "dtype": str(dtype).removeprefix("torch."), "workload": workload,
+        "requests": len(requests), "prompt_tokens": prompt_tokens(requests), "useful_output_tokens": useful,
+        "peak_matmul_tflops": round(peak, 3), "threads": torch.get_num_threads(), "systems": rows,
+    }
+
+
+def _matmul_params(config) -> int:
+    attn = config.hidden_size * (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
+    attn += config.num_heads * config.head_dim * config.hidden_size
+    mlp = 3 * config.hidden_size * config.intermediate_size
+    return config.num_layers * (attn + mlp) + config.hidden_size * config.vocab_size
+
+
+def _machine(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{report['workload']}: {report['requests']} requests, {report['prompt_tokens']} prompt and "
+             f"{report['useful_output_tokens']} useful output tokens, {report['dtype']}, {report['machine']}, "
+             f"matmul peak {report['peak_matmul_tflops'] * 1000:.0f} GFLOP/s"]
+    for name, row in report["systems"].items():
+        speedup = f"  (bulkinfer {row['bulkinfer_speedup']}x)" if "bulkinfer_speedup" in row else ""
+        lines.append(f"  {name:<11} {row['seconds']:>8.2f} s  {row['useful_output_tok_s']:>9.1f} useful tok/s  "
+                     f"MFU {row['mfu']:.1%}{speedup}")
+    return "\n".join(lines)
+
+
+def save_report(report: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
