@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,12 @@ def test_truncation_lets_long_prompts_run(tmp_path: Path, tiny_llama: Path, sett
     _, outcome = _run(tmp_path, tiny_llama, data, max_model_len=64, **setting)
     assert outcome.rows_failed == 0
     assert _export(tmp_path)[0]["prompt_tokens"] == 60
+
+
+def test_a_job_can_run_outside_the_main_thread(tmp_path: Path, tiny_llama: Path) -> None:
+    data = write_jsonl(tmp_path / "in.jsonl", prompts(2))
+    outcomes = []
+    thread = threading.Thread(target=lambda: outcomes.append(_run(tmp_path, tiny_llama, data)[1]))
+    thread.start()
+    thread.join()
+    assert outcomes and outcomes[0].complete

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from types import FrameType, TracebackType
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -28,6 +29,8 @@ class StopSignals:
         return 128 + (self.received or 0)
 
     def __enter__(self) -> StopSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # Python lets only the main thread handle signals; a job run elsewhere has no Ctrl-C stop
         for signum in HANDLED:
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
