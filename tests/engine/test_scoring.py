@@ -50,8 +50,8 @@ def test_greedy_continuation_is_recognised(models):
 def test_text_pairs_split_like_the_harness(models):
     _, llm = models
     context, continuation = encode_pair(llm.tokenizer, "The answer is ", "forty two")
-    whole = llm.tokenizer.encode("The answer is forty two", add_special_tokens=False)
-    assert context + continuation == whole
+    whole = llm.tokenizer.encode("The answer is forty two")
+    assert context + continuation == whole and whole[0] == llm.tokenizer.bos_token_id
     assert llm.tokenizer.decode(continuation).startswith(" ")  # the space moved to the continuation
     [by_text] = llm.loglikelihood([("The answer is ", "forty two")])
     [by_ids] = llm.loglikelihood_tokens([(context, continuation)])
@@ -69,7 +69,7 @@ def test_rolling_windows_score_every_token_once():
 def test_rolling_loglikelihood_matches_transformers(models):
     hf, llm = models
     text = "A document long enough to need several windows of sixty four tokens, " * 3
-    tokens = llm.tokenizer.encode(text, add_special_tokens=False)
+    tokens = llm.tokenizer.encode(text)
     assert len(tokens) > 64
     [total] = llm.loglikelihood_rolling([text])
     expected = sum(sum(hf_scores(hf, c, x)[0]) for c, x in rolling_windows(tokens, llm.tokenizer.bos_token_id, 64))

@@ -2,8 +2,8 @@
 
 Scoring shares the scheduler with generation: requests are batched, chunked and served from the
 prefix cache (contexts that share a few-shot prefix compute it once); only the positions being
-scored must be computed. Text is split into context and continuation the way
-lm-evaluation-harness's ``hf`` backend does, so scores are comparable.
+scored must be computed. Text is tokenized and split into context and continuation the way
+lm-evaluation-harness's ``hf`` backend does (0.4.10 and later), so scores are comparable.
 """
 
 from __future__ import annotations
@@ -61,16 +61,27 @@ def prefix_token_id(tokenizer) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
+def encode_text(tokenizer, text: str) -> list[int]:
+    """The tokenizer's own special tokens (a Llama tokenizer's BOS), unless the text has its BOS."""
+    has_bos = tokenizer.bos_token is not None and text.startswith(tokenizer.bos_token)
+    return tokenizer.encode(text, add_special_tokens=not has_bos)
+
+
 def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
     """Context and continuation ids; trailing spaces of the context move to the continuation, and
-    the continuation is what encoding the whole text adds after the context's own tokens."""
+    the continuation is what encoding the whole text adds after the context's own tokens. An
+    empty context stands on the prefix token (or on the continuation's first token, if it is one)."""
     spaces = len(context) - len(context.rstrip())
     if spaces:
         context, continuation = context[:-spaces], context[-spaces:] + continuation
     if not context:
-        return [prefix_token_id(tokenizer)], tokenizer.encode(continuation, add_special_tokens=False)
-    whole = tokenizer.encode(context + continuation, add_special_tokens=False)
-    context_ids = tokenizer.encode(context, add_special_tokens=False)
+        continuation_ids = tokenizer.encode(continuation, add_special_tokens=False)
+        prefix = prefix_token_id(tokenizer)
+        if continuation_ids[:1] == [prefix]:
+            return continuation_ids[:1], continuation_ids[1:]
+        return [prefix], continuation_ids
+    whole = encode_text(tokenizer, context + continuation)
+    context_ids = encode_text(tokenizer, context)
     return context_ids, whole[len(context_ids):]
 
 
@@ -91,7 +102,7 @@ def loglikelihood(llm: "LLM", pairs: list[tuple[str, str]], use_tqdm: bool = Fal
 
 def loglikelihood_rolling(llm: "LLM", texts: list[str], use_tqdm: bool = False) -> list[float]:
     prefix = prefix_token_id(llm.tokenizer)
-    windows = [rolling_windows(llm.tokenizer.encode(text, add_special_tokens=False), prefix, llm.max_model_len)
+    windows = [rolling_windows(encode_text(llm.tokenizer, text), prefix, llm.max_model_len)
                for text in texts]
     scores = iter(score_tokens(llm, [w for text_windows in windows for w in text_windows], use_tqdm))
     return [sum(next(scores).logprob for _ in text_windows) for text_windows in windows]
