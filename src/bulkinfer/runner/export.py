@@ -80,6 +80,9 @@ def _chunks(store: ShardStore, progress: JobProgress, schema: pa.Schema, chunk_r
             table = pa.concat_tables(parts).sort_by(ROW_INDEX)
             _check_unique(table)
             yield table
+            # Arrow's default allocator (mimalloc) keeps freed slices for reuse, which lets the peak
+            # creep up with the number of slices; handing them back keeps it flat (measured: +8% -> +2%).
+            pa.default_memory_pool().release_unused()
 
 
 def _check_unique(table: pa.Table) -> None:
