@@ -1,6 +1,7 @@
 """Starting a job: columns are checked, the directory is taken, a different job is refused."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,12 @@ def test_the_same_model_named_differently_is_the_same_job(tmp_path: Path, tiny_l
     open_job(_config(tmp_path, tiny_llama)).close()
     monkeypatch.chdir(tiny_llama.parent)
     open_job(_config(tmp_path, Path(".") / tiny_llama.name)).close()
+
+
+def test_a_changed_chat_template_is_a_different_job(tmp_path: Path, tiny_llama: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama, model)
+    open_job(_config(tmp_path, model)).close()
+    (model / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    with pytest.raises(UsageError, match="model_files"):
+        open_job(_config(tmp_path, model))

@@ -31,15 +31,15 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
 
 
 def model_identity(model: str) -> dict[str, Any]:
-    """The checkpoint's directory, hashes of its small JSON files (config, tokenizer, chat template)
-    and the sizes of its weight files."""
+    """The checkpoint's directory, hashes of its small text files (config, tokenizer, chat template:
+    transformers keeps that in chat_template.jinja or tokenizer_config.json) and its weight sizes."""
     try:
         path = resolve_model_path(model).resolve()
     except ModelNotFoundError as exc:
         raise UsageError(str(exc)) from None
     files: dict[str, str | int] = {}
     for file in sorted(path.iterdir()):
-        if file.suffix == ".json":
+        if file.suffix in (".json", ".jinja"):
             files[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
         elif file.suffix == ".safetensors":
             files[file.name] = file.stat().st_size  # hashing gigabytes would delay every start
