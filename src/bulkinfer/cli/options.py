@@ -56,6 +56,12 @@ HELP = {
     "max_in_flight": "Requests kept queued in the engine (default: 4 x max_num_seqs).",
     "fail_on_error": "Exit with status 1 when any row has an error.",
     "force": "Discard the results of a different job in the output directory and start over.",
+    "num_shards": "Split the input into this many disjoint shards, run one per process (default: 1).",
+    "shard": "Which shard this run does, 0..N-1 (default: SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX).",
+    "executor": "local (this process) or ray (an actor pool of engine replicas on a Ray cluster).",
+    "ray_address": "Ray cluster to join (default: RAY_ADDRESS, else start a local one).",
+    "replicas": "Engine replicas in the Ray actor pool.",
+    "gpus_per_replica": "GPUs each Ray engine replica takes (0: CPU).",
 }
 FLAG_NAMES = {"param_columns": "--param-column", "enable_prefix_caching": "--prefix-caching/--no-prefix-caching"}
 

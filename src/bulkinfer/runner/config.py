@@ -11,6 +11,7 @@ from bulkinfer.sampling_params import SamplingParams
 
 INPUT_FORMATS = ("parquet", "jsonl")
 OUTPUT_FORMATS = ("parquet", "jsonl")
+EXECUTORS = ("local", "ray")
 TRUNCATE_SIDES = ("left", "right")
 # SamplingParams fields a job sets for every row (and that per-row columns may override).
 SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs")
@@ -61,6 +62,13 @@ class JobConfig:
     max_in_flight: int | None = None  # requests kept in the engine; None: 4 x max_num_seqs
     fail_on_error: bool = False
     force: bool = False
+    # Scale-out (see runner/parts.py and executors/). Shard None: from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.
+    num_shards: int | None = None
+    shard: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None  # None: RAY_ADDRESS, else a new local Ray cluster
+    replicas: int = 1
+    gpus_per_replica: float = 0.0
 
     def __post_init__(self) -> None:
         self._validate()
@@ -95,7 +103,8 @@ class JobConfig:
         _check_choice("input_format", self.input_format, INPUT_FORMATS, allow_none=True)
         _check_choice("output_format", self.output_format, OUTPUT_FORMATS)
         _check_choice("truncate", self.truncate, TRUNCATE_SIDES, allow_none=True)
-        for name in ("window_rows", "shard_rows", "max_num_seqs", "block_size"):
+        _check_choice("executor", self.executor, EXECUTORS)
+        for name in ("window_rows", "shard_rows", "max_num_seqs", "block_size", "replicas"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.commit_seconds <= 0:
