@@ -1,19 +1,34 @@
-"""`bulkinfer run`: run or resume a job, then say what happened and how to go on."""
+"""`bulkinfer run`: run or resume a job, show its progress, then report what happened and how to go on."""
 
 from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any
+import time
+from pathlib import Path
+from typing import Any, Optional
 
+import typer
+from rich.console import Console
+
+from bulkinfer.cli.display import ProgressDisplay
+from bulkinfer.cli.jobfile import merge_settings, read_job_file
 from bulkinfer.cli.options import config_from_options, run_parameters
+from bulkinfer.cli.summary import run_stats, summary_table, write_stats
 from bulkinfer.runner.job import JobOutcome, run_job
-from bulkinfer.runner.report import LogReporter
 
 
-def run_command(**options: Any) -> int:
-    config = config_from_options(options)
-    outcome = run_job(config, reporter=LogReporter())
+def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = None, **options: Any) -> int:
+    settings = merge_settings(read_job_file(job_file) if job_file else {}, {"hourly_cost": hourly_cost, **options})
+    hourly_cost = settings.pop("hourly_cost", None)
+    config = config_from_options(settings)
+    started = time.monotonic()
+    with ProgressDisplay(live=sys.stderr.isatty()) as display:
+        outcome = run_job(config, reporter=display)
+    if display.last is not None:  # the engine ran; a job that was already complete keeps its stats.json
+        stats = run_stats(config, outcome, display.last, time.monotonic() - started, hourly_cost)
+        write_stats(outcome.output, stats)
+        Console(stderr=True).print(summary_table(stats))
     _say_outcome(outcome)
     if outcome.stopped_by is not None and not outcome.complete:
         return 128 + outcome.stopped_by
@@ -22,8 +37,18 @@ def run_command(**options: Any) -> int:
     return 1 if config.fail_on_error and outcome.rows_failed else 0
 
 
-# typer reads the options from the signature; they are generated from JobConfig's fields.
-run_command.__signature__ = inspect.Signature(run_parameters(), return_annotation=int)  # type: ignore[attr-defined]
+# typer reads the options from the signature; all but the first two are generated from JobConfig's fields.
+_OWN = [
+    inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
+                      default=typer.Argument(None, help="TOML job file with the same settings as the flags, "
+                                                        "as flat keys (max_tokens = 64); flags override it.",
+                                             show_default=False)),
+    inspect.Parameter("hourly_cost", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
+                      default=typer.Option(None, "--hourly-cost", min=0.0, show_default=False,
+                                           help="Machine price per hour: stats.json then reports the cost per "
+                                                "million output tokens (default: none).")),
+]
+run_command.__signature__ = inspect.Signature(_OWN + run_parameters(), return_annotation=int)  # type: ignore[attr-defined]
 run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signature__.parameters.values()}
 
 

@@ -1,0 +1,77 @@
+"""The end of a run: stats.json in the output directory, and the same figures as a table."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from bulkinfer.cli.metrics import metrics_of
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.durable import write_atomic
+from bulkinfer.runner.job import JobOutcome
+from bulkinfer.runner.report import Snapshot
+
+STATS_FILE = "stats.json"
+
+
+def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_seconds: float,
+              hourly_cost: float | None) -> dict[str, Any]:
+    """Figures of this run (a resumed job counts only what this run did), with the job's totals."""
+    m = metrics_of(last)
+    stats: dict[str, Any] = {
+        "complete": outcome.complete,
+        "rows_total": outcome.rows_total,
+        "rows_done": outcome.rows_done,
+        "rows_failed": outcome.rows_failed,
+        "rows_this_run": outcome.rows_done - outcome.rows_at_start,
+        "prompt_tokens": m.prompt_tokens,
+        "output_tokens": m.output_tokens,
+        "wall_seconds": round(wall_seconds, 3),  # the whole command, model loading included
+        "engine_seconds": round(m.elapsed, 3),
+        "rows_per_second": round(m.rows_per_second, 3),
+        "prompt_tokens_per_second": round(m.prompt_tokens_per_second, 1),
+        "output_tokens_per_second": round(m.output_tokens_per_second, 1),
+        "preemptions": m.preemptions,
+        "prefix_cache_hit_rate": round(m.prefix_cache_hit_rate, 4),
+        "settings": dataclasses.asdict(config),
+    }
+    if hourly_cost is not None:
+        stats["hourly_cost"] = hourly_cost
+        stats["cost"] = round(hourly_cost * wall_seconds / 3600, 6)
+        stats["cost_per_million_output_tokens"] = cost_per_million(hourly_cost, wall_seconds, m.output_tokens)
+    return stats
+
+
+def cost_per_million(hourly_cost: float, seconds: float, tokens: int) -> float | None:
+    """What a million tokens cost at this machine price and rate; None when no tokens were made."""
+    if tokens <= 0:
+        return None
+    return round(hourly_cost * seconds / 3600 / tokens * 1e6, 4)
+
+
+def write_stats(output: Path, stats: dict[str, Any]) -> Path:
+    path = output / STATS_FILE
+    write_atomic(path, (json.dumps(stats, indent=2) + "\n").encode())
+    return path
+
+
+def summary_table(stats: dict[str, Any]) -> Table:
+    table = Table(title="bulkinfer run", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("rows", f"{stats['rows_done']:,} of {stats['rows_total']:,} ({stats['rows_this_run']:,} this run)")
+    table.add_row("errors", f"{stats['rows_failed']:,}")
+    table.add_row("tokens", f"{stats['prompt_tokens']:,} prompt, {stats['output_tokens']:,} output")
+    table.add_row("wall time", f"{stats['wall_seconds']:,.1f} s ({stats['engine_seconds']:,.1f} s generating)")
+    table.add_row("throughput", f"{stats['output_tokens_per_second']:,.1f} output tok/s, "
+                                f"{stats['prompt_tokens_per_second']:,.1f} prompt tok/s")
+    table.add_row("preemptions", f"{stats['preemptions']:,}")
+    table.add_row("prefix-cache hits", f"{stats['prefix_cache_hit_rate']:.1%}")
+    if stats.get("cost_per_million_output_tokens") is not None:
+        table.add_row("cost", f"{stats['cost']:.4f} ({stats['cost_per_million_output_tokens']:.4f} "
+                              f"per million output tokens)")
+    return table
