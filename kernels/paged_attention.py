@@ -45,16 +45,27 @@ def paged_attention_ref(
     lens = seq_lens.tolist()
     q_lens = [end - start for start, end in zip(starts, starts[1:])]
     out = torch.empty_like(query)
-    decode_rows = [i for i, n in enumerate(q_lens) if n == 1]
-    if decode_rows:
-        rows = torch.tensor([starts[i] for i in decode_rows], device=query.device)
-        out[rows] = _decode(query[rows], k_cache, v_cache, block_tables[decode_rows],
-                            seq_lens[decode_rows], max(lens[i] for i in decode_rows), scale)
+    for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
+        rows = torch.tensor([starts[i] for i in group], device=query.device)
+        out[rows] = _decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
+                            lens[group[0]], scale)
     for i, q_len in enumerate(q_lens):
         if q_len > 1:
             q = query[starts[i]:starts[i + 1]]
             out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale)
     return out
+
+
+def _length_groups(seqs: list[int], lens: list[int], spread: float = 1.5) -> list[list[int]]:
+    """Decode rows in groups of similar length, longest first: each group is padded to its
+    longest, so no row reads more than ``spread`` times its own keys."""
+    groups: list[list[int]] = []
+    for seq in sorted(seqs, key=lambda i: -lens[i]):
+        if groups and lens[groups[-1][0]] <= spread * lens[seq]:
+            groups[-1].append(seq)
+        else:
+            groups.append([seq])
+    return groups
 
 
 def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> torch.Tensor:
