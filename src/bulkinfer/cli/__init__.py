@@ -6,7 +6,10 @@ import sys
 
 import typer
 
+from bulkinfer.cli.bench import bench_command
 from bulkinfer.cli.export import export_command, status_command
+from bulkinfer.cli.inspect_input import inspect_command
+from bulkinfer.cli.lm_eval import LM_EVAL_SETTINGS, lm_eval_command
 from bulkinfer.cli.run import run_command
 from bulkinfer.runner.errors import UsageError
 
@@ -18,6 +21,11 @@ app = typer.Typer(name="bulkinfer", help="Offline bulk batch inference for LLMs.
 app.command("run", help="Run a job over a dataset, or resume it.")(run_command)
 app.command("export", help="Write a job's results, in input order, to one .parquet or .jsonl file.")(export_command)
 app.command("status", help="Report how far a job is.")(status_command)
+app.command("inspect", help="Dry run: rows, columns, prompt lengths and the work a job over INPUT would be.")(
+    inspect_command)
+app.command("bench", help="Throughput benchmark: bulkinfer beside transformers' batching.")(bench_command)
+app.command("lm-eval", help="lm-evaluation-harness with the bulkinfer backend; every argument goes to lm_eval.",
+            context_settings=LM_EVAL_SETTINGS, add_help_option=False)(lm_eval_command)
 
 
 def main(argv: list[str] | None = None) -> None:
