@@ -89,7 +89,9 @@ def _option(name: str) -> Any:
     # option's real default must be None to tell "not given" apart.
     default = JobConfig.default_of(name)
     help_text = HELP[name]
-    if default not in (None, [], {}) and "(default:" not in help_text:
+    if default is dataclasses.MISSING:
+        help_text += " (required: here or in the job file)"
+    elif default not in (None, [], {}) and "(default:" not in help_text:
         help_text += f" (default: {str(default).lower() if isinstance(default, bool) else default})"
     flag = FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
     return typer.Option(None, flag, help=help_text, show_default=False)
