@@ -10,6 +10,7 @@ import typer
 
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status
+from bulkinfer.runner.union import shards_left
 
 
 def export_command(
@@ -30,6 +31,8 @@ def status_command(
     if as_json:
         print(json.dumps(status.to_json()))
     else:
+        left = shards_left(status.num_shards, status.missing_shards, status.unfinished_shards)
         print(f"{status.state}: {status.rows_done:,} of {status.rows_total:,} rows done, "
-              f"{status.rows_failed:,} with errors")
+              f"{status.rows_failed:,} with errors{left}")
     return 0
+

@@ -17,13 +17,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bulkinfer.runner.errors import UsageError
-from bulkinfer.runner.jobdir import JobDir
 from bulkinfer.runner.jsonl_writer import json_line
-from bulkinfer.runner.progress import JobProgress, load_progress
+from bulkinfer.runner.progress import ShardSpan
 from bulkinfer.runner.rows import ROW_INDEX
 from bulkinfer.runner.shards import ShardStore
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, FORMAT_SUFFIXES
 from bulkinfer.runner.tables import conform, unified_schema
+from bulkinfer.runner.union import load_union, shards_left
 
 CHUNK_ROWS = 10_000  # rows per ordered slice; with the shards it overlaps, what export holds at once
 
@@ -36,20 +36,18 @@ class ExportResult:
 
 
 def export_job(output: Path, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS) -> ExportResult:
-    directory = JobDir(output)
-    directory.require_job()
-    rows_total = directory.read_manifest()["rows_total"]
-    progress = load_progress(directory.ledger_path)
-    if progress.rows_done < rows_total and not partial:
-        raise UsageError(f"{output}: the job is not complete ({progress.rows_done:,} of {rows_total:,} rows); "
+    union = load_union(output)
+    if union.rows_done < union.rows_total and not partial:
+        left = shards_left(union.num_shards, union.missing, union.unfinished)
+        raise UsageError(f"{output}: the job is not complete ({union.rows_done:,} of {union.rows_total:,} rows{left}); "
                          f"run it again to finish it, or pass --partial to export what is done")
     fmt = _destination_format(destination)
-    store = ShardStore(directory.shards_path)
-    schema = _schema(store, progress)
+    spans = list(union.spans())
+    schema = unified_schema(store.schema(span.name) for store, span in spans)
     tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
-    rows = _write(tmp, fmt, schema, _chunks(store, progress, schema, chunk_rows))
+    rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
     os.replace(tmp, destination)
-    return ExportResult(rows, progress.rows_failed, rows_total)
+    return ExportResult(rows, union.rows_failed, union.rows_total)
 
 
 def _destination_format(destination: Path) -> str:
@@ -66,16 +64,12 @@ def _destination_format(destination: Path) -> str:
     return fmt
 
 
-def _schema(store: ShardStore, progress: JobProgress) -> pa.Schema:
-    return unified_schema(store.schema(span.name) for span in progress.shards)
-
-
-def _chunks(store: ShardStore, progress: JobProgress, schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
-    end = max((span.last + 1 for span in progress.shards), default=0)
+def _chunks(spans: list[tuple[ShardStore, ShardSpan]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
+    end = max((span.last + 1 for _, span in spans), default=0)
     for start in range(0, end, chunk_rows):
         stop = start + chunk_rows
         parts = [conform(store.read_range(span.name, start, stop), schema)
-                 for span in progress.shards if span.first < stop and span.last >= start]
+                 for store, span in spans if span.first < stop and span.last >= start]
         if parts:
             table = pa.concat_tables(parts).sort_by(ROW_INDEX)
             _check_unique(table)

@@ -47,16 +47,22 @@ def scan_inputs(sources: list[Source]) -> list[InputFile]:
     return files
 
 
-def read_rows(files: list[InputFile], done: RowSet, batch_rows: int) -> Iterator[SourceRow]:
-    """Every row not in `done`, in input order, numbered by position across all files."""
+def read_rows(files: list[InputFile], done: RowSet, batch_rows: int,
+              wanted: range | None = None) -> Iterator[SourceRow]:
+    """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across all files."""
+    wanted = wanted if wanted is not None else range(sum(file.rows for file in files))
     start = 0
     for file in files:
-        if not done.contains_all(start, start + file.rows):
-            if file.format == "parquet":
-                yield from parquet_reader.read_parquet(file.source, start, done, batch_rows)
-            else:
-                yield from jsonl_reader.read_jsonl(file.source, start, done)
-        start += file.rows
+        stop = start + file.rows
+        if start < wanted.stop and stop > wanted.start and not done.contains_all(start, stop):
+            yield from (row for row in _read_file(file, start, done, batch_rows) if row.index in wanted)
+        start = stop
+
+
+def _read_file(file: InputFile, start: int, done: RowSet, batch_rows: int) -> Iterator[SourceRow]:
+    if file.format == "parquet":
+        return parquet_reader.read_parquet(file.source, start, done, batch_rows)
+    return jsonl_reader.read_jsonl(file.source, start, done)
 
 
 def windows(rows: Iterable[SourceRow], size: int) -> Iterator[list[SourceRow]]:

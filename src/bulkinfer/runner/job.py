@@ -54,7 +54,7 @@ def _run_engine(config: JobConfig, job: OpenJob, signals: StopSignals, reporter:
         return
     # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
     preparer = Preparer(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
-    rows = read_rows(job.files, job.done, config.window_rows)
+    rows = read_rows(job.files, job.done, config.window_rows, job.rows)
     prepared = Prefetcher(windows(rows, config.window_rows), preparer)
     committer = Committer(ShardStore(job.directory.shards_path, config.output_format), job.ledger,
                           job.progress, config.shard_rows, config.commit_seconds)

@@ -1,14 +1,12 @@
-"""How far a job is, read from its output directory (safe while a run is writing it)."""
+"""How far a job is, read from its output directory (safe while runs are writing it)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bulkinfer.runner.jobdir import JobDir
-from bulkinfer.runner.lock import current_holder
-from bulkinfer.runner.progress import load_progress
+from bulkinfer.runner.union import load_union
 
 
 @dataclass(frozen=True)
@@ -17,20 +15,25 @@ class JobStatus:
     rows_done: int
     rows_failed: int
     state: str  # "complete" | "running" | "interrupted"
+    num_shards: int = 1
+    missing_shards: list[int] = field(default_factory=list)  # never started
+    unfinished_shards: list[int] = field(default_factory=list)  # started, not done
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        record = asdict(self)
+        if self.num_shards == 1:  # a job run whole reads as it always has
+            for key in ("num_shards", "missing_shards", "unfinished_shards"):
+                del record[key]
+        return record
 
 
 def job_status(output: Path) -> JobStatus:
-    directory = JobDir(output)
-    directory.require_job()
-    rows_total = directory.read_manifest()["rows_total"]
-    progress = load_progress(directory.ledger_path)
-    if progress.rows_done >= rows_total:
+    union = load_union(output)
+    if union.rows_done >= union.rows_total:
         state = "complete"
-    elif current_holder(directory.lock_path) is not None:
+    elif any(part.running() for part in union.parts):
         state = "running"
     else:
         state = "interrupted"
-    return JobStatus(rows_total, progress.rows_done, progress.rows_failed, state)
+    return JobStatus(union.rows_total, union.rows_done, union.rows_failed, state, union.num_shards,
+                     union.missing, union.unfinished)
