@@ -40,7 +40,7 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
 # typer reads the options from the signature; all but the first two are generated from JobConfig's fields.
 _OWN = [
     inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
-                      default=typer.Argument(None, help="TOML job file with the same settings as the flags, "
+                      default=typer.Argument(None, metavar="[JOB.toml]", help="TOML job file with the same settings as the flags, "
                                                         "as flat keys (max_tokens = 64); flags override it.",
                                              show_default=False)),
     inspect.Parameter("hourly_cost", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],

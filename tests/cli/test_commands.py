@@ -1,0 +1,85 @@
+"""inspect, bench and lm-eval, and what every command's --help shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import bulkinfer.cli.lm_eval as lm_eval_cli
+from bulkinfer.cli.histogram import LengthBin, length_bins
+from cli_helpers import DEMO_MODEL, REPO, invoke, one_line_error
+
+DATA = REPO / "examples" / "data"
+
+
+def test_length_bins_are_the_runners_and_keep_empty_gaps() -> None:
+    assert length_bins([1, 5, 6, 20]) == [LengthBin(1, 1, 1), LengthBin(2, 3, 0), LengthBin(4, 7, 2),
+                                          LengthBin(8, 15, 0), LengthBin(16, 31, 1)]
+
+
+def test_inspect_counts_tokens_bins_and_estimates_cost(capsys) -> None:
+    code, out, err = invoke(capsys, "inspect", DATA / "overnight.parquet", "--prompt-column", "text",
+                            "--model", DEMO_MODEL, "--max-tokens", "8", "--hourly-cost", "3.6",
+                            "--output-tok-s", "1000")
+    assert code == 0, err
+    for part in ("200 (0 would be error rows)", "budget, doc_id, text", "prompt length (tokens)", "8-15",
+                 "at most 1,600 tokens", "1.0000 per million output tokens"):
+        assert part in out, part
+
+
+def test_inspect_without_a_model_counts_characters_of_chat_messages(capsys) -> None:
+    code, out, err = invoke(capsys, "inspect", DATA / "synthetic-seeds.jsonl", "--messages-column", "messages")
+    assert code == 0, err
+    assert "16 (0 would be error rows)" in out and "prompt length (characters)" in out
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["nope.jsonl"], "nope.jsonl: no such file or directory"),
+    ([str(DATA / "addition.jsonl"), "--prompt-column", "text"], "no column 'text'"),
+    ([str(DATA / "addition.jsonl"), "--model", "/no/model"], "/no/model: no such model directory"),
+    ([str(DATA / "addition.jsonl"), "--n", "0"], "Invalid value for '--n'"),
+])
+def test_inspect_mistakes_are_one_line(capsys, arguments: list[str], message: str) -> None:
+    assert message in one_line_error(*invoke(capsys, "inspect", *arguments)[::2])
+
+
+def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> None:
+    code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "3",
+                            "--compare", "bulkinfer", "--output", tmp_path / "bench.json")
+    assert code == 0, err
+    assert "bulkinfer" in out and "useful tok/s" in out
+    assert list(json.loads((tmp_path / "bench.json").read_text())["systems"]) == ["bulkinfer"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--compare", "bulkinfer,vllm"], "--compare: unknown system vllm"),
+    (["--workload", "chat"], "--workload must be one of mixed, prefix, synthetic"),
+    (["--model", "random:huge", "--compare", "bulkinfer"], "unknown random shape 'huge'"),
+])
+def test_bench_mistakes_are_one_line(capsys, arguments: list[str], message: str) -> None:
+    assert message in one_line_error(*invoke(capsys, "bench", *arguments)[::2])
+
+
+def test_lm_eval_passes_every_argument_through(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    monkeypatch.setattr(lm_eval_cli, "lm_eval_main", lambda argv: seen.append(argv) or 3)
+    argv = ["--model", "bulkinfer", "--model_args", "pretrained=x,dtype=float32", "--tasks", "t", "--help", "-x"]
+    code, _, _ = invoke(capsys, "lm-eval", *argv)
+    assert seen == [argv] and code == 3
+
+
+@pytest.mark.parametrize("command, defaults", [
+    ("run", ["--max-tokens", "(default: 256)", "--temperature", "(default: 1.0)", "--hourly-cost", "JOB.toml", "(required: here or in the job file)"]),
+    ("inspect", ["--max-tokens", "256", "--prompt-column", "prompt", "--output-tok-s"]),
+    ("bench", ["--model", "random:tiny", "--workload", "mixed", "--compare", "bulkinfer,static,continuous"]),
+    ("export", ["--partial"]),
+    ("status", ["--json"]),
+])
+def test_help_shows_every_option_with_its_default(capsys, monkeypatch: pytest.MonkeyPatch, command: str,
+                                                  defaults: list[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one line per option, whatever the terminal running the tests
+    code, out, _ = invoke(capsys, command, "--help")
+    flat = " ".join(out.split())
+    assert code == 0 and all(part in flat for part in defaults) and "MISSING" not in flat, flat
