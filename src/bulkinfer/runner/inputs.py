@@ -50,19 +50,31 @@ def scan_inputs(sources: list[Source]) -> list[InputFile]:
 def read_rows(files: list[InputFile], done: RowSet, batch_rows: int,
               wanted: range | None = None) -> Iterator[SourceRow]:
     """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across all files."""
-    wanted = wanted if wanted is not None else range(sum(file.rows for file in files))
+    skipped = _Skipped(done, wanted if wanted is not None else range(sum(file.rows for file in files)))
     start = 0
     for file in files:
-        stop = start + file.rows
-        if start < wanted.stop and stop > wanted.start and not done.contains_all(start, stop):
-            yield from (row for row in _read_file(file, start, done, batch_rows) if row.index in wanted)
-        start = stop
+        if not skipped.contains_all(start, start + file.rows):
+            if file.format == "parquet":
+                yield from parquet_reader.read_parquet(file.source, start, skipped, batch_rows)
+            else:
+                yield from jsonl_reader.read_jsonl(file.source, start, skipped)
+        start += file.rows
 
 
-def _read_file(file: InputFile, start: int, done: RowSet, batch_rows: int) -> Iterator[SourceRow]:
-    if file.format == "parquet":
-        return parquet_reader.read_parquet(file.source, start, done, batch_rows)
-    return jsonl_reader.read_jsonl(file.source, start, done)
+class _Skipped:
+    """The rows a read passes over without parsing them: those done, and those outside `wanted`.
+    Offers the two RowSet methods the readers ask."""
+
+    def __init__(self, done: RowSet, wanted: range) -> None:
+        self.done = done
+        self.wanted = wanted
+
+    def __contains__(self, row: int) -> bool:
+        return row not in self.wanted or row in self.done
+
+    def contains_all(self, start: int, stop: int) -> bool:
+        inside = range(max(start, self.wanted.start), min(stop, self.wanted.stop))
+        return not inside or self.done.contains_all(inside.start, inside.stop)
 
 
 def windows(rows: Iterable[SourceRow], size: int) -> Iterator[list[SourceRow]]:

@@ -82,9 +82,4 @@ class JobLoop:
 
     def _step(self) -> None:
         for output in self.llm.step():
-            row = self.in_flight.pop(output.request_id)
-            if output.error is not None:
-                error = f"{row.where}: {output.error}"
-                self.committer.add(self.results.failure(row, error, len(output.prompt_token_ids)))
-            else:
-                self.committer.add(self.results.success(row, output))
+            self.committer.add(self.results.finished(self.in_flight.pop(output.request_id), output))

@@ -28,6 +28,12 @@ class ResultBuilder:
             columns = {name: values[0] for name, values in columns.items()}
         return self._row(row, columns, prompt_tokens=len(output.prompt_token_ids), error=None)
 
+    def finished(self, row: SourceRow, output: RequestOutput) -> dict[str, Any]:
+        """The output row of a request the engine has finished, whether it succeeded or failed."""
+        if output.error is not None:
+            return self.failure(row, f"{row.where}: {output.error}", len(output.prompt_token_ids))
+        return self.success(row, output)
+
     def failure(self, row: SourceRow, error: str, prompt_tokens: int | None = None) -> dict[str, Any]:
         columns = {"generated_text": None, "finish_reason": None, "completion_tokens": None}
         if self.logprobs:
