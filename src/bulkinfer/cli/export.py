@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from bulkinfer.cli.batch_format import check_format
+from bulkinfer.openai_batch import export_openai_batch
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status
 from bulkinfer.runner.union import shards_left
@@ -17,8 +19,13 @@ def export_command(
     output: Path = typer.Argument(..., help="The job's output directory."),
     file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst."),
     partial: bool = typer.Option(False, "--partial", help="Export the rows done so far of an unfinished job."),
+    format: str = typer.Option("rows", "--format", help="rows (every column) or openai-batch (OpenAI Batch API "
+                                                        "output lines, for a job run with --format openai-batch)."),
 ) -> int:
-    result = export_job(output, file, partial=partial)
+    if check_format(format) == "openai-batch":
+        result = export_openai_batch(output, file, partial=partial)
+    else:
+        result = export_job(output, file, partial=partial)
     print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)
     return 0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import typer
@@ -13,12 +12,10 @@ from rich.table import Table
 from bulkinfer.cli.histogram import histogram_table, length_bins
 from bulkinfer.cli.metrics import duration
 from bulkinfer.cli.summary import cost_per_million
-from bulkinfer.engine.tokenizer import load_tokenizer
-from bulkinfer.models.loader import resolve_model_path
+from bulkinfer.cli.tokenizer import model_tokenizer
 from bulkinfer.runner import jsonl_reader, parquet_reader
 from bulkinfer.runner.columns import check_columns
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
 from bulkinfer.runner.inputs import read_rows, scan_inputs, windows
 from bulkinfer.runner.prompts import PromptRenderer
 from bulkinfer.runner.rowset import RowSet
@@ -55,20 +52,13 @@ def inspect_command(
                        prompt_column=prompt_column, messages_column=messages_column, max_tokens=max_tokens, n=n)
     sources = resolve_sources(config.input, config.input_format)
     check_columns(sources, config)
-    renderer = PromptRenderer(config, _tokenizer(model)) if model else None
+    renderer = PromptRenderer(config, model_tokenizer(model)) if model else None
     survey = _survey(sources, config, renderer)
     console = Console()
     console.print(_overview(sources, survey))
     console.print(histogram_table(length_bins(survey.lengths), "tokens" if model else "characters"))
     console.print(_estimate(survey, config, model is not None, hourly_cost, output_tok_s))
     return 0
-
-
-def _tokenizer(model: str) -> Any:
-    try:
-        return load_tokenizer(resolve_model_path(model))
-    except ValueError as exc:  # no such model, or an unreadable tokenizer
-        raise UsageError(str(exc)) from None
 
 
 def _survey(sources: list[Source], config: JobConfig, renderer: PromptRenderer | None) -> Survey:

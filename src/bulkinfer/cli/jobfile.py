@@ -27,7 +27,7 @@ else:  # pragma: no cover - the dependency is declared for 3.10 only
     import tomli as tomllib
 
 # Settings of the command that are not settings of the job itself.
-CLI_KEYS = {"hourly_cost": float}
+CLI_KEYS = {"hourly_cost": float, "format": str}
 
 
 def known_keys() -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
+from bulkinfer.cli.batch_format import batch_job_settings, check_format
 from bulkinfer.cli.display import ProgressDisplay
 from bulkinfer.cli.jobfile import merge_settings, read_job_file
 from bulkinfer.cli.options import config_from_options, run_parameters
@@ -18,9 +19,13 @@ from bulkinfer.cli.summary import run_stats, summary_table, write_stats
 from bulkinfer.runner.job import JobOutcome, run_job
 
 
-def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = None, **options: Any) -> int:
-    settings = merge_settings(read_job_file(job_file) if job_file else {}, {"hourly_cost": hourly_cost, **options})
+def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = None, format: Optional[str] = None,
+                **options: Any) -> int:
+    own = {"hourly_cost": hourly_cost, "format": format}
+    settings = merge_settings(read_job_file(job_file) if job_file else {}, {**own, **options})
     hourly_cost = settings.pop("hourly_cost", None)
+    if check_format(settings.pop("format", "rows")) == "openai-batch":
+        settings = batch_job_settings(settings)
     config = config_from_options(settings)
     started = time.monotonic()
     with ProgressDisplay(live=sys.stderr.isatty()) as display:
@@ -37,7 +42,7 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
     return 1 if config.fail_on_error and outcome.rows_failed else 0
 
 
-# typer reads the options from the signature; all but the first two are generated from JobConfig's fields.
+# typer reads the options from the signature; all but the first three are generated from JobConfig's fields.
 _OWN = [
     inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
                       default=typer.Argument(None, metavar="[JOB.toml]", help="TOML job file with the same settings as the flags, "
@@ -47,6 +52,10 @@ _OWN = [
                       default=typer.Option(None, "--hourly-cost", min=0.0, show_default=False,
                                            help="Machine price per hour: stats.json then reports the cost per "
                                                 "million output tokens (default: none).")),
+    inspect.Parameter("format", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                      default=typer.Option(None, "--format", show_default=False,
+                                           help="Input: rows (a table with a prompt column) or openai-batch "
+                                                "(an OpenAI Batch API request file) (default: rows).")),
 ]
 run_command.__signature__ = inspect.Signature(_OWN + run_parameters(), return_annotation=int)  # type: ignore[attr-defined]
 run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signature__.parameters.values()}

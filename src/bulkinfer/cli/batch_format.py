@@ -1,0 +1,37 @@
+"""`--format`: how `run` reads its input and `export` writes results: rows as they are, or OpenAI batch files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bulkinfer.cli.tokenizer import model_tokenizer
+from bulkinfer.openai_batch import convert_batch_file, job_settings
+from bulkinfer.openai_batch.convert import requests_path
+from bulkinfer.runner.errors import UsageError
+
+FORMATS = ("rows", "openai-batch")
+# Settings the batch format fills in itself, from the request lines.
+BATCH_OWNED = ("prompt_column", "messages_column", "system_prompt", "param_columns", "input_format")
+
+
+def check_format(value: str) -> str:
+    if value not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {value!r}")
+    return value
+
+
+def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The job's settings with its one input, an OpenAI batch file, replaced by the request table."""
+    if not all(settings.get(key) for key in ("model", "input", "output")):
+        return settings  # the usual "missing --model" message comes from the config
+    clash = [key for key in BATCH_OWNED if settings.get(key)]
+    if clash:
+        raise UsageError(f"--format openai-batch takes prompts and sampling from each request body; "
+                         f"drop {', '.join('--' + key.replace('_', '-') for key in clash)}")
+    if len(settings["input"]) != 1:
+        raise UsageError("--format openai-batch takes one --input: the batch file")
+    table = requests_path(Path(settings["output"]))
+    convert_batch_file(Path(settings["input"][0]), table, model_tokenizer(settings["model"]))
+    return {**settings, **job_settings(table)}
+

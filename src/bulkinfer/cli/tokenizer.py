@@ -1,0 +1,16 @@
+"""A model's tokenizer for commands that need no engine (inspect, the batch format's chat rendering)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bulkinfer.engine.tokenizer import load_tokenizer
+from bulkinfer.models.loader import resolve_model_path
+from bulkinfer.runner.errors import UsageError
+
+
+def model_tokenizer(model: str) -> Any:
+    try:
+        return load_tokenizer(resolve_model_path(model))
+    except ValueError as exc:  # no such model, or an unreadable tokenizer
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,67 @@
+"""A batch input file -> the request table the runner reads: one JSONL row per line, prompts rendered.
+
+Chat messages are rendered with the model's chat template here, so every row carries plain prompt
+text and the runner needs no notion of the batch format. The table is rewritten on every run and
+given the batch file's modification time: the same batch file and model give the same table, file
+identity included, so a rerun resumes the job instead of seeing a changed input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bulkinfer.openai_batch.requests import SAMPLING_PARAMS, parse_line
+from bulkinfer.runner.durable import publish, sync_file
+from bulkinfer.runner.errors import UsageError
+
+
+def requests_path(output: Path) -> Path:
+    """Beside the output directory, which must hold nothing but the job's own files."""
+    output = output.resolve()
+    return output.parent / f".{output.name}.openai-requests.jsonl"
+
+
+def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:
+    """Write the request table for `batch_file`; returns the number of rows."""
+    if not batch_file.is_file():
+        raise UsageError(f"{batch_file}: no such batch file")
+    tmp = table.with_name(table.name + ".tmp")
+    rows = 0
+    with open(batch_file, "rb") as lines, open(tmp, "wb") as out:
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                out.write(json.dumps(_rendered(parse_line(line, number), tokenizer)).encode() + b"\n")
+                rows += 1
+        sync_file(out)
+    stat = batch_file.stat()
+    os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    publish(tmp, table)
+    return rows
+
+
+def job_settings(table: Path) -> dict[str, Any]:
+    """The settings that make a job read the request table: its prompts and each body's sampling."""
+    return {"input": [str(table)], "input_format": "jsonl", "prompt_column": "prompt", "messages_column": None,
+            "param_columns": [f"{param}=body_{param}" for param in SAMPLING_PARAMS]}
+
+
+def _rendered(row: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
+    messages = row.pop("messages")
+    if messages is not None and row["batch_error"] is None:
+        try:
+            row["prompt"] = _without_bos(tokenizer.apply_chat_template(messages, tokenize=False,
+                                                                       add_generation_prompt=True), tokenizer)
+        except Exception as exc:  # templates raise whatever their author chose (often jinja2 errors)
+            row["batch_error"] = f"chat template failed: {exc}"
+    return row
+
+
+def _without_bos(text: str, tokenizer: Any) -> str:
+    # The runner tokenizes prompt text with the tokenizer's special tokens, which add BOS again.
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]:
+        return text[len(bos):]
+    return text

@@ -1,0 +1,107 @@
+"""One OpenAI batch request line -> one row of the request table, or the reason it cannot run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+CHAT_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"
+# Sampling settings of each body; the request table holds them as body_<param> columns (null: the job's setting).
+SAMPLING_PARAMS = ("max_tokens", "temperature", "top_p", "seed", "stop", "n", "logprobs")
+COLUMNS = ("custom_id", "url", "body_model", "messages", "prompt", "batch_error", *(f"body_{p}" for p in SAMPLING_PARAMS))
+
+
+class BadRequest(ValueError):
+    """A line the batch cannot run; it becomes an error line and the job goes on."""
+
+
+def parse_line(line: bytes, number: int) -> dict[str, Any]:
+    """A request-table row; a broken line gives a row with only `custom_id` (if known) and `batch_error`."""
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    try:
+        request = _json_object(line)
+        row["custom_id"] = _custom_id(request)
+        row.update(_request_row(request))
+    except BadRequest as exc:
+        row["batch_error"] = f"line {number}: {exc}"
+    return row
+
+
+def _json_object(line: bytes) -> dict[str, Any]:
+    try:
+        request = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"not valid JSON ({exc})") from None
+    if not isinstance(request, dict):
+        raise BadRequest("not a JSON object")
+    return request
+
+
+def _custom_id(request: dict[str, Any]) -> str:
+    custom_id = request.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        raise BadRequest("custom_id must be a non-empty string")
+    return custom_id
+
+
+def _request_row(request: dict[str, Any]) -> dict[str, Any]:
+    url, body = request.get("url"), request.get("body")
+    if request.get("method", "POST") != "POST":
+        raise BadRequest(f"method must be POST, got {request.get('method')!r}")
+    if url not in (CHAT_URL, COMPLETIONS_URL):
+        raise BadRequest(f"unsupported url {url!r}; supported: {CHAT_URL}, {COMPLETIONS_URL}")
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    text = {"messages": _messages(body)} if url == CHAT_URL else {"prompt": _prompt(body)}
+    sampling = _sampling(body, chat=url == CHAT_URL)
+    return {"url": url, "body_model": body.get("model"), **text, **{f"body_{p}": v for p, v in sampling.items()}}
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("body.messages must be a non-empty list")
+    return [{"role": _field(m, "role", i), "content": _content(m, i)} for i, m in enumerate(messages, 1)]
+
+
+def _content(message: Any, number: int) -> str:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):  # content parts: only text parts can be run
+        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            raise BadRequest(f"body.messages[{number}]: only text content parts are supported")
+        content = "".join(str(p.get("text", "")) for p in content)
+    if not isinstance(content, str):
+        raise BadRequest(f"body.messages[{number}] needs a string content")
+    return content
+
+
+def _field(message: Any, key: str, number: int) -> str:
+    value = message.get(key) if isinstance(message, dict) else None
+    if not isinstance(value, str):
+        raise BadRequest(f"body.messages[{number}] needs a string {key!r}")
+    return value
+
+
+def _prompt(body: dict[str, Any]) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("body.prompt must be a non-empty string (lists of prompts and token ids are not supported)")
+    return prompt
+
+
+def _sampling(body: dict[str, Any], chat: bool) -> dict[str, Any]:
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
+    stop = body.get("stop")
+    if chat:  # chat: logprobs is a flag and top_logprobs the number of alternatives
+        logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+    else:
+        logprobs = body.get("logprobs")
+    temperature, top_p = body.get("temperature"), body.get("top_p")
+    return {"max_tokens": max_tokens, "seed": body.get("seed"), "n": body.get("n"), "logprobs": logprobs,
+            # JSON numbers like 1 must still read back as floats, so the column has one type.
+            "temperature": float(temperature) if isinstance(temperature, (int, float)) else temperature,
+            "top_p": float(top_p) if isinstance(top_p, (int, float)) else top_p,
+            "stop": [stop] if isinstance(stop, str) else stop}
