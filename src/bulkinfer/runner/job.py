@@ -6,7 +6,6 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-from bulkinfer.runner.committer import Committer
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.inputs import read_rows, windows
 from bulkinfer.runner.llm_factory import load_llm
@@ -15,7 +14,6 @@ from bulkinfer.runner.pipeline import Prefetcher
 from bulkinfer.runner.prepare import Preparer
 from bulkinfer.runner.report import Reporter
 from bulkinfer.runner.results import ResultBuilder
-from bulkinfer.runner.shards import ShardStore
 from bulkinfer.runner.signals import StopSignals
 from bulkinfer.runner.start import OpenJob, open_job
 
@@ -41,7 +39,11 @@ def run_job(config: JobConfig, reporter: Reporter | None = None) -> JobOutcome:
         try:
             rows_at_start = job.progress.rows_done
             if rows_at_start < job.rows_total and not signals.requested:
-                _run_engine(config, job, signals, reporter)
+                if config.executor == "ray":
+                    from bulkinfer.integrations.ray_job import run_on_ray  # Ray is an optional extra
+                    run_on_ray(config, job, lambda: signals.requested)
+                else:
+                    _run_engine(config, job, signals, reporter)
             return JobOutcome(job.directory.root, job.rows_total, job.progress.rows_done,
                               job.progress.rows_failed, rows_at_start, signals.received)
         finally:
@@ -56,9 +58,7 @@ def _run_engine(config: JobConfig, job: OpenJob, signals: StopSignals, reporter:
     preparer = Preparer(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
     rows = read_rows(job.files, job.done, config.window_rows, job.rows)
     prepared = Prefetcher(windows(rows, config.window_rows), preparer)
-    committer = Committer(ShardStore(job.directory.shards_path, config.output_format), job.ledger,
-                          job.progress, config.shard_rows, config.commit_seconds)
-    loop = JobLoop(llm, prepared, committer, ResultBuilder(config), config.in_flight_target,
+    loop = JobLoop(llm, prepared, job.committer(config), ResultBuilder(config), config.in_flight_target,
                    lambda: signals.requested, job.rows_total, reporter)
     try:
         loop.run()

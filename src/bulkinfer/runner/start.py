@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.runner.columns import check_columns
+from bulkinfer.runner.committer import Committer
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.errors import UsageError
 from bulkinfer.runner.fingerprint import differences, job_fingerprint
@@ -39,6 +40,10 @@ class OpenJob:
     @property
     def rows_total(self) -> int:
         return len(self.rows)
+
+    def committer(self, config: JobConfig) -> Committer:
+        store = ShardStore(self.directory.shards_path, config.output_format)
+        return Committer(store, self.ledger, self.progress, config.shard_rows, config.commit_seconds)
 
     def close(self) -> None:
         self.ledger.close()

@@ -1,0 +1,73 @@
+"""Engine replicas for Ray Data: a callable class to hand to `ds.map_batches`.
+
+    import ray
+    from bulkinfer.integrations.ray import LLMProcessor
+
+    ds = ray.data.read_parquet("s3://bucket/prompts/")
+    ds = ds.map_batches(LLMProcessor, fn_constructor_kwargs={"model": "path/to/checkpoint", "max_tokens": 64},
+                        concurrency=4, num_gpus=1, batch_size=256, batch_format="pyarrow")
+    ds.write_parquet("s3://bucket/results/")
+
+Each actor loads the model once; each batch comes back with its input columns and the runner's
+result columns (generated_text, finish_reason, prompt_tokens, completion_tokens, error), one row per
+input row, and a row that cannot run gets an `error` instead of failing the pipeline. The settings are
+JobConfig's (prompt_column, messages_column, sampling, engine). `bulkinfer run --executor ray` uses
+the same class under a crash-safe output directory (see ray_job.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pyarrow as pa
+
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.llm_factory import load_llm
+from bulkinfer.runner.prepare import Preparer
+from bulkinfer.runner.results import ResultBuilder
+from bulkinfer.runner.rows import ROW_INDEX, SourceRow
+from bulkinfer.runner.tables import rows_to_table
+
+RAY_INSTALL_HINT = "Ray is not installed; install it with: pip install 'bulkinfer[ray]'"
+# JobConfig needs an input and an output; a processor has neither, its pipeline reads and writes.
+_NO_FILES = dict(input=["<ray.data>"], output="<ray.data>")
+
+
+class LLMProcessor:
+    """One engine replica. Rows are keyed by their `row_index` column when the batch has one."""
+
+    def __init__(self, model: str, **settings: Any) -> None:
+        self._load(JobConfig(model=model, **_NO_FILES, **settings))
+
+    def _load(self, config: JobConfig) -> None:
+        self.config = config
+        self.llm = load_llm(self.config)
+        self.preparer = Preparer(self.config, copy.deepcopy(self.llm.tokenizer), self.llm.max_model_len)
+        self.results = ResultBuilder(self.config)
+        self._next_index = 0  # numbers rows of batches without a row_index column
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return rows_to_table(self.process(self._source_rows(batch)))
+
+    def process(self, rows: list[SourceRow]) -> list[dict[str, Any]]:
+        """An output row for every input row: generated, or with the error that stopped it."""
+        prepared = self.preparer(rows)
+        done = [self.results.failure(failure.row, failure.error, failure.prompt_tokens)
+                for failure in prepared.failures]
+        in_flight = {}
+        for work in prepared.work:
+            self.llm.add_request(work.row.index, work.token_ids, work.params)
+            in_flight[work.row.index] = work.row
+        while self.llm.has_unfinished_requests():
+            done.extend(self.results.finished(in_flight.pop(output.request_id), output) for output in self.llm.step())
+        return done
+
+    def _source_rows(self, batch: pa.Table) -> list[SourceRow]:
+        values = batch.to_pylist()
+        if ROW_INDEX in batch.column_names:
+            indexes = [row.pop(ROW_INDEX) for row in values]
+        else:
+            indexes = list(range(self._next_index, self._next_index + len(values)))
+            self._next_index += len(values)
+        return [SourceRow(index, row, f"row {index}") for index, row in zip(indexes, values)]

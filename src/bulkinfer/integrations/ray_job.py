@@ -1,0 +1,90 @@
+"""`bulkinfer run --executor ray`: a job's rows done by a pool of engine replicas on a Ray cluster.
+
+The driver (this process) keeps everything that makes a job crash-safe: the lock, job.json, the
+done-set and the ledger. Ray Data carries blocks of row positions still to do to an actor pool of
+replicas; each replica reads its block from the input files, runs it and sends the finished rows
+back; the driver commits them as shards and ledger lines exactly as a local run does. So a Ray job
+resumes like a local one (rows of a block that was lost are simply done again) and export reads it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+
+from bulkinfer.integrations.ray import RAY_INSTALL_HINT, LLMProcessor
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.errors import UsageError
+from bulkinfer.runner.inputs import InputFile, read_rows
+from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
+from bulkinfer.runner.start import OpenJob
+
+# Finished rows travel to the driver pickled, one per cell, so their values reach the shard writer
+# exactly as a local run's do (a block-wise Arrow conversion could change a mixed-type column).
+PAYLOAD = "row"
+
+
+def run_on_ray(config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
+    ray = _import_ray()
+    joined = not ray.is_initialized()
+    if joined:  # None: RAY_ADDRESS if set, else a new local cluster
+        ray.init(address=config.ray_address)
+    try:
+        _drive(ray, config, job, stop_requested)
+    finally:
+        if joined:
+            ray.shutdown()
+
+
+def _drive(ray: Any, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
+    blocks = ray.data.from_items(_blocks_to_do(job, config.window_rows))
+    finished = blocks.map_batches(
+        BlockProcessor, fn_constructor_kwargs={"config": config, "files": [file.to_json() for file in job.files]},
+        compute=ray.data.ActorPoolStrategy(size=config.replicas), num_gpus=config.gpus_per_replica, batch_size=1, batch_format="pyarrow")
+    committer = job.committer(config)
+    try:
+        for batch in finished.iter_batches(batch_size=None, batch_format="pyarrow"):
+            for payload in batch.column(PAYLOAD).to_pylist():
+                committer.add(pickle.loads(payload))
+            committer.commit_if_due()
+            if stop_requested():
+                return
+    finally:
+        committer.commit()
+
+
+def _blocks_to_do(job: OpenJob, size: int) -> list[dict[str, Any]]:
+    """Blocks of `size` positions of this run's rows, each with those of its rows already done."""
+    blocks = []
+    for start in range(job.rows.start, job.rows.stop, size):
+        stop = min(start + size, job.rows.stop)
+        if not job.done.contains_all(start, stop):
+            done = encode_rows(row for row in range(start, stop) if row in job.done)
+            blocks.append({"start": start, "stop": stop, "done": done})
+    return blocks
+
+
+class BlockProcessor(LLMProcessor):
+    """A replica that takes blocks of row positions, reads them from the job's inputs and runs them."""
+
+    def __init__(self, config: JobConfig, files: list[dict[str, Any]]) -> None:
+        self._load(config)
+        self.files = [InputFile(**file) for file in files]
+
+    def __call__(self, blocks: pa.Table) -> Iterator[pa.Table]:
+        for block in blocks.to_pylist():
+            done = RowSet(decode_rows(block["done"]))
+            rows = list(read_rows(self.files, done, self.config.window_rows, range(block["start"], block["stop"])))
+            results = [pickle.dumps(row) for row in self.process(rows)]
+            yield pa.table({PAYLOAD: pa.array(results, pa.binary())})
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401 -- the data extra, not just the core
+    except ImportError:
+        raise UsageError(RAY_INSTALL_HINT) from None
+    return ray
