@@ -1,0 +1,98 @@
+"""The OpenAI batch file format: request lines in, output lines that the openai package's own types accept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from openai.types import Completion, ErrorObject
+from openai.types.chat import ChatCompletion
+
+from bulkinfer.openai_batch.requests import parse_line
+from cli_helpers import DEMO_MODEL, invoke, one_line_error
+
+CHAT = "/v1/chat/completions"
+
+
+def _request(custom_id: str, url: str, **body: object) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": {"model": "gpt-4o-mini", **body}}
+
+
+REQUESTS = [
+    _request("chat-1", CHAT, messages=[{"role": "user", "content": "12+30="}], max_completion_tokens=8, temperature=0),
+    _request("text-1", "/v1/completions", prompt="500+501=", max_tokens=8, temperature=0.7, n=3, seed=4, stop="\n"),
+    "not json at all",
+    _request("embed-1", "/v1/embeddings", input="x"),
+    _request("chat-2", CHAT),  # no messages
+    _request("chat-3", CHAT, messages=[{"role": "user", "content": "1+1="}], temperature=-3),  # engine refuses
+]
+
+
+@pytest.fixture
+def batch_file(tmp_path: Path) -> Path:
+    path = tmp_path / "batch.jsonl"
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in REQUESTS))
+    return path
+
+
+def test_sampling_comes_from_each_body() -> None:
+    chat = parse_line(json.dumps(_request("a", CHAT, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "1+"}, {"type": "text", "text": "2="}]}], max_completion_tokens=5, max_tokens=9,
+        logprobs=True, top_logprobs=2, stop="x", top_p=1)).encode(), 1)
+    assert chat["messages"] == [{"role": "user", "content": "1+2="}] and chat["body_model"] == "gpt-4o-mini"
+    assert (chat["body_max_tokens"], chat["body_logprobs"], chat["body_stop"], chat["body_top_p"]) == (5, 2, ["x"], 1.0)
+    text = parse_line(json.dumps(_request("b", "/v1/completions", prompt=["7+1="], logprobs=3)).encode(), 2)
+    assert (text["prompt"], text["body_logprobs"], text["body_temperature"]) == ("7+1=", 3, None)
+
+
+@pytest.mark.parametrize("line, message", [
+    (b"\xff", "line 7: not valid JSON"),
+    (b"[1]", "line 7: not a JSON object"),
+    (json.dumps({"url": CHAT, "body": {}}).encode(), "line 7: custom_id must be a non-empty string"),
+    (json.dumps({**_request("x", CHAT), "method": "GET"}).encode(), "method must be POST"),
+    (json.dumps(_request("x", "/v1/completions", prompt=[1, 2])).encode(), "body.prompt must be a non-empty string"),
+    (json.dumps(_request("x", CHAT, messages=[{"role": "user"}])).encode(), "body.messages[1] needs a string content"),
+])
+def test_broken_lines_carry_their_reason(line: bytes, message: str) -> None:
+    assert message in parse_line(line, 7)["batch_error"]
+
+
+def test_batch_job_exports_openai_output_lines(capsys, tmp_path: Path, batch_file: Path) -> None:
+    run = ("run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
+           "--output", tmp_path / "out")
+    code, _, err = invoke(capsys, *run)
+    assert code == 0, err
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "results.jsonl", "--format", "openai-batch")
+    assert code == 0, err
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [line["custom_id"] for line in lines] == ["chat-1", "text-1", None, "embed-1", "chat-2", "chat-3"]
+    assert [line["response"]["status_code"] for line in lines] == [200, 200, 400, 400, 400, 400]
+    chat = ChatCompletion.model_validate(lines[0]["response"]["body"])
+    assert chat.choices[0].message.content == "42" and chat.model == "gpt-4o-mini"
+    assert chat.usage.prompt_tokens == 7  # BOS + "12+30=": the chat template's BOS is not doubled
+    text = Completion.model_validate(lines[1]["response"]["body"])
+    assert len(text.choices) == 3 and text.usage.completion_tokens == sum(len(c.text) + 1 for c in text.choices)
+    for line in lines[2:]:
+        ErrorObject.model_validate(line["response"]["body"]["error"])
+    assert "unsupported url '/v1/embeddings'" in lines[3]["response"]["body"]["error"]["message"]
+    assert "temperature must be >= 0" in lines[5]["response"]["body"]["error"]["message"]
+    code, _, err = invoke(capsys, *run)  # the same command again: the job is found complete, not changed
+    assert code == 0 and "complete: 6 of 6 rows done" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--format", "xml"], "--format must be one of rows, openai-batch, got 'xml'"),
+    (["--format", "openai-batch", "--prompt-column", "p"], "drop --prompt-column"),
+    (["--format", "openai-batch", "--input", "second.jsonl"], "takes one --input: the batch file"),
+])
+def test_batch_mistakes_are_one_line(capsys, tmp_path: Path, batch_file: Path, extra: list[str], message: str) -> None:
+    code, _, err = invoke(capsys, "run", "--model", DEMO_MODEL, "--input", batch_file, "--output", tmp_path / "o",
+                          *extra)
+    assert message in one_line_error(code, err)
+
+
+def test_missing_batch_file_is_one_line(capsys, tmp_path: Path) -> None:
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL,
+                          "--input", tmp_path / "none.jsonl", "--output", tmp_path / "o")
+    assert "none.jsonl: no such batch file" in one_line_error(code, err)
