@@ -40,9 +40,10 @@ def run_on_ray(config: JobConfig, job: OpenJob, stop_requested: Callable[[], boo
 
 def _drive(ray: Any, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
     blocks = ray.data.from_items(_blocks_to_do(job, config.window_rows))
-    finished = blocks.map_batches(
-        BlockProcessor, fn_constructor_kwargs={"config": config, "files": [file.to_json() for file in job.files]},
-        compute=ray.data.ActorPoolStrategy(size=config.replicas), num_gpus=config.gpus_per_replica, batch_size=1, batch_format="pyarrow")
+    replica = {"config": config, "files": [file.to_json() for file in job.files]}
+    finished = blocks.map_batches(BlockProcessor, fn_constructor_kwargs=replica, batch_size=1,
+                                  compute=ray.data.ActorPoolStrategy(size=config.replicas),
+                                  num_gpus=config.gpus_per_replica, batch_format="pyarrow")
     committer = job.committer(config)
     try:
         for batch in finished.iter_batches(batch_size=None, batch_format="pyarrow"):
