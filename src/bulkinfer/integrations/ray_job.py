@@ -10,6 +10,8 @@ resumes like a local one (rows of a block that was lost are simply done again) a
 from __future__ import annotations
 
 import pickle
+import signal
+import threading
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
@@ -29,8 +31,8 @@ PAYLOAD = "row"
 def run_on_ray(config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
     ray = _import_ray()
     joined = not ray.is_initialized()
-    if joined:  # None: RAY_ADDRESS if set, else a new local cluster
-        ray.init(address=config.ray_address)
+    if joined:
+        _init(ray, config.ray_address)
     try:
         _drive(ray, config, job, stop_requested)
     finally:
@@ -80,6 +82,15 @@ class BlockProcessor(LLMProcessor):
             rows = list(read_rows(self.files, done, self.config.window_rows, range(block["start"], block["stop"])))
             results = [pickle.dumps(row) for row in self.process(rows)]
             yield pa.table({PAYLOAD: pa.array(results, pa.binary())})
+
+
+def _init(ray: Any, address: str | None) -> None:
+    """Join the cluster at `address` (None: RAY_ADDRESS if set, else start a local one)."""
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    ray.init(address=address)
+    if threading.current_thread() is threading.main_thread():
+        # ray.init puts in a SIGTERM handler that exits at once; the job's own stops cleanly.
+        signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _import_ray() -> Any:
