@@ -32,19 +32,24 @@ def assert_greedy_matches(hf, prompt_ids, outputs):
         assert torch.all(chosen >= logits.max(-1).values - 1e-5), (prompt, tokens)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_logits_and_greedy_match_transformers(checkpoint_factory, arch):
-    path = checkpoint_factory(arch)
-    hf, llm = hf_model(path), LLM(str(path), block_size=8, max_model_len=256)
-    prompt_ids = prompts(llm.tokenizer.vocab_size)
+def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int) -> None:
+    """Last-position logits within 1e-4, then greedy generations token for token."""
+    hf, llm = hf_model(path), LLM(str(path), block_size=block_size, max_model_len=256)
+    prompt_ids = prompts(llm.tokenizer.vocab_size)[:num_prompts]
     for ids in prompt_ids:
         with torch.no_grad():
             expected = hf(torch.tensor([ids])).logits[0, -1]
         torch.testing.assert_close(last_logits(llm, ids), expected, atol=1e-4, rtol=0)
-    outputs = llm.generate(prompt_ids, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True),
+    outputs = llm.generate(prompt_ids, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
                            use_tqdm=False)
-    assert all(len(o.outputs[0].token_ids) == 16 for o in outputs)
+    assert all(len(o.outputs[0].token_ids) == max_tokens for o in outputs)
     assert_greedy_matches(hf, prompt_ids, outputs)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_and_greedy_match_transformers(checkpoint_factory, arch):
+    check_against_transformers(checkpoint_factory(arch), block_size=8, num_prompts=len(PROMPT_LENGTHS),
+                               max_tokens=16)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -54,16 +59,8 @@ def test_logits_and_greedy_match_transformers(checkpoint_factory, arch):
     {"sharded": True},
 ], ids=["mha", "mqa", "tied", "sharded"])
 def test_variants_match_transformers(checkpoint_factory, overrides):
-    path = checkpoint_factory("llama", **overrides)
-    hf, llm = hf_model(path), LLM(str(path), block_size=4, max_model_len=128)
-    prompt_ids = prompts(llm.tokenizer.vocab_size)[:5]
-    for ids in prompt_ids:
-        with torch.no_grad():
-            expected = hf(torch.tensor([ids])).logits[0, -1]
-        torch.testing.assert_close(last_logits(llm, ids), expected, atol=1e-4, rtol=0)
-    outputs = llm.generate(prompt_ids, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
-                           use_tqdm=False)
-    assert_greedy_matches(hf, prompt_ids, outputs)
+    check_against_transformers(checkpoint_factory("llama", **overrides), block_size=4, num_prompts=5,
+                               max_tokens=8)
 
 
 def test_text_prompts_are_tokenized_like_transformers(tiny_llama):
