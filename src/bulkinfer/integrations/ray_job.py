@@ -30,13 +30,13 @@ PAYLOAD = "row"
 
 def run_on_ray(config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
     ray = _import_ray()
-    joined = not ray.is_initialized()
-    if joined:
+    connects_here = not ray.is_initialized()  # else the caller has joined a cluster and keeps it
+    if connects_here:
         _init(ray, config.ray_address)
     try:
         _drive(ray, config, job, stop_requested)
     finally:
-        if joined:
+        if connects_here:
             ray.shutdown()
 
 
