@@ -96,3 +96,17 @@ def test_missing_batch_file_is_one_line(capsys, tmp_path: Path) -> None:
     code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL,
                           "--input", tmp_path / "none.jsonl", "--output", tmp_path / "o")
     assert "none.jsonl: no such batch file" in one_line_error(code, err)
+
+
+def test_a_file_with_no_request_at_all_is_refused(capsys, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "1+1="}\n\n{"prompt": "2+2="}\n')
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", rows,
+                          "--output", tmp_path / "o")
+    assert "no line is an OpenAI batch request (line 1: custom_id must be" in one_line_error(code, err)
+
+
+def test_unwritable_output_is_one_line(capsys, batch_file: Path) -> None:
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
+                          "--output", "/proc/no/such/place")
+    assert "cannot write the request table beside --output" in one_line_error(code, err)

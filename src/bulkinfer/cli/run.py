@@ -24,7 +24,8 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
     own = {"hourly_cost": hourly_cost, "format": format}
     settings = merge_settings(read_job_file(job_file) if job_file else {}, {**own, **options})
     hourly_cost = settings.pop("hourly_cost", None)
-    if check_format(settings.pop("format", "rows")) == "openai-batch":
+    format = check_format(settings.pop("format", "rows"))
+    if format == "openai-batch":
         settings = batch_job_settings(settings)
     config = config_from_options(settings)
     started = time.monotonic()
@@ -34,7 +35,7 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
         stats = run_stats(config, outcome, display.last, time.monotonic() - started, hourly_cost)
         write_stats(outcome.output, stats)
         Console(stderr=True).print(summary_table(stats))
-    _say_outcome(outcome)
+    _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if format == "openai-batch" else "RESULTS.parquet")
     if outcome.stopped_by is not None and not outcome.complete:
         return 128 + outcome.stopped_by
     if not outcome.complete:
@@ -61,10 +62,10 @@ run_command.__signature__ = inspect.Signature(_OWN + run_parameters(), return_an
 run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signature__.parameters.values()}
 
 
-def _say_outcome(outcome: JobOutcome) -> None:
+def _say_outcome(outcome: JobOutcome, export_to: str) -> None:
     done = f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"
     if outcome.complete:
         print(f"bulkinfer: complete: {done}. Export them in input order with: "
-              f"bulkinfer export {outcome.output} RESULTS.parquet", file=sys.stderr)
+              f"bulkinfer export {outcome.output} {export_to}", file=sys.stderr)
     else:
         print(f"bulkinfer: stopped: {done}. Run the same command again to resume.", file=sys.stderr)

@@ -29,13 +29,19 @@ def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:
     if not batch_file.is_file():
         raise UsageError(f"{batch_file}: no such batch file")
     tmp = table.with_name(table.name + ".tmp")
-    rows = 0
+    rows, valid, first_error = 0, 0, None
     with open(batch_file, "rb") as lines, open(tmp, "wb") as out:
         for number, line in enumerate(lines, 1):
             if line.strip():
-                out.write(json.dumps(_rendered(parse_line(line, number), tokenizer)).encode() + b"\n")
+                row = _rendered(parse_line(line, number), tokenizer)
+                out.write(json.dumps(row).encode() + b"\n")
                 rows += 1
+                valid += row["batch_error"] is None
+                first_error = first_error or row["batch_error"]
         sync_file(out)
+    if rows and not valid:  # not one line is a request: the wrong file, not a few broken lines
+        tmp.unlink()
+        raise UsageError(f"{batch_file}: no line is an OpenAI batch request ({first_error})")
     stat = batch_file.stat()
     os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     publish(tmp, table)
