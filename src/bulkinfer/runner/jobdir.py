@@ -25,9 +25,10 @@ from bulkinfer.runner.parts import WHOLE, Part
 MANIFEST_VERSION = 1
 _SUFFIX = r"(?:-(\d+)-of-(\d+))?"
 _MANIFEST_NAME = re.compile(rf"job{_SUFFIX}\.json")
-# Every name a run of any shard creates here (a crash before job.json may leave some of them).
+# Every name a run of any shard creates here (a crash before job.json may leave some of them);
+# stats.json is the CLI's end-of-run report (bulkinfer.cli.summary).
 _OUR_NAMES = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl|shards{_SUFFIX}|\.lock{_SUFFIX}"
-                        rf"|\.job{_SUFFIX}\.json\.tmp)")
+                        rf"|\.job{_SUFFIX}\.json\.tmp|stats{_SUFFIX}\.json|\.stats{_SUFFIX}\.json\.tmp)")
 
 
 class JobDir:
