@@ -62,3 +62,13 @@ def test_overnight_job_reads_parquet_with_per_row_budgets(capsys, tmp_path: Path
     assert max(row["completion_tokens"] for row in rows if row["budget"] == 4) <= 4
     right = sum(row["generated_text"] == str(sum(map(int, row["text"][:-1].split("+")))) for row in rows)
     assert right / len(rows) >= 0.95
+
+
+def test_each_shard_of_a_split_job_writes_its_own_stats(capsys, tmp_path: Path) -> None:
+    for shard in ("0", "1"):
+        code, _, err = invoke(capsys, "run", "jobs/eval-suite.toml", "--output", tmp_path / "out",
+                              "--num-shards", "2", "--shard", shard)
+        assert code == 0, err
+    stats = [json.loads((tmp_path / "out" / f"stats-{i}-of-2.json").read_text()) for i in (0, 1)]
+    assert [s["rows_this_run"] for s in stats] == [30, 30]
+    assert len(exported(capsys, tmp_path / "out")) == 60

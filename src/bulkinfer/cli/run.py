@@ -17,6 +17,7 @@ from bulkinfer.cli.jobfile import merge_settings, read_job_file
 from bulkinfer.cli.options import config_from_options, run_parameters
 from bulkinfer.cli.summary import run_stats, summary_table, write_stats
 from bulkinfer.runner.job import JobOutcome, run_job
+from bulkinfer.runner.parts import part_of
 
 
 def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = None, format: Optional[str] = None,
@@ -33,7 +34,7 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
         outcome = run_job(config, reporter=display)
     if display.last is not None:  # the engine ran; a job that was already complete keeps its stats.json
         stats = run_stats(config, outcome, display.last, time.monotonic() - started, hourly_cost)
-        write_stats(outcome.output, stats)
+        write_stats(outcome.output, part_of(config), stats)
         Console(stderr=True).print(summary_table(stats))
     _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if format == "openai-batch" else "RESULTS.parquet")
     if outcome.stopped_by is not None and not outcome.complete:

@@ -13,9 +13,9 @@ from bulkinfer.cli.metrics import metrics_of
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.durable import write_atomic
 from bulkinfer.runner.job import JobOutcome
+from bulkinfer.runner.parts import Part
 from bulkinfer.runner.report import Snapshot
 
-STATS_FILE = "stats.json"
 
 
 def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_seconds: float,
@@ -53,8 +53,9 @@ def cost_per_million(hourly_cost: float, seconds: float, tokens: int) -> float |
     return round(hourly_cost * seconds / 3600 / tokens * 1e6, 4)
 
 
-def write_stats(output: Path, stats: dict[str, Any]) -> Path:
-    path = output / STATS_FILE
+def write_stats(output: Path, part: Part, stats: dict[str, Any]) -> Path:
+    """stats.json, or stats-I-of-N.json for one shard of a split job, beside the job's other files."""
+    path = output / f"stats{part.suffix}.json"
     write_atomic(path, (json.dumps(stats, indent=2) + "\n").encode())
     return path
 
