@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.linear import Linear
 from bulkinfer.layers.norm import RMSNorm
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.rotary import cos_sin_cache
@@ -24,8 +25,8 @@ class Attention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim ** -0.5
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
+        self.o_proj = Linear(self.q_size, config.hidden_size, bias=False)
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
@@ -55,8 +56,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig, ops: KernelOps):
         super().__init__()
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -103,7 +104,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = DecoderModel(config, ops)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("rope_cache", cos_sin_cache(
