@@ -110,3 +110,23 @@ def test_unwritable_output_is_one_line(capsys, batch_file: Path) -> None:
     code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
                           "--output", "/proc/no/such/place")
     assert "cannot write the request table beside --output" in one_line_error(code, err)
+
+
+def test_logprobs_come_back_in_the_apis_shapes(capsys, tmp_path: Path) -> None:
+    batch = tmp_path / "logprobs.jsonl"
+    batch.write_text("".join(json.dumps(r) + "\n" for r in [
+        _request("chat", CHAT, messages=[{"role": "user", "content": "12+30="}], temperature=0, logprobs=True,
+                 top_logprobs=2),
+        _request("text", "/v1/completions", prompt="5+5=", temperature=0, logprobs=1),
+        _request("none", "/v1/completions", prompt="5+6=", temperature=0),
+    ]))
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch,
+                          "--output", tmp_path / "out", "--max-tokens", "8")
+    assert code == 0, err
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "r.jsonl", "--format", "openai-batch")
+    bodies = [json.loads(line)["response"]["body"] for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    chat = ChatCompletion.model_validate(bodies[0]).choices[0].logprobs
+    assert "".join(t.token for t in chat.content[:2]) == "42" and len(chat.content[0].top_logprobs) == 2
+    text = Completion.model_validate(bodies[1]).choices[0].logprobs
+    assert text.tokens[:2] == ["1", "0"] and all(len(top) == 1 for top in text.top_logprobs)
+    assert Completion.model_validate(bodies[2]).choices[0].logprobs is None

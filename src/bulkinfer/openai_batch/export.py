@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from bulkinfer.engine.tokenizer import load_tokenizer
+from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
 from bulkinfer.runner.durable import publish, sync_file
 from bulkinfer.runner.export import ExportResult, export_job
+from bulkinfer.runner.jobdir import JobDir
 
 
 def export_openai_batch(output: Path, destination: Path, partial: bool = False) -> ExportResult:
     """The job's rows through the runner's export (order, completeness), then mapped line by line."""
     created = int(time.time())
+    decode = _lazy_decoder(output)
     with tempfile.TemporaryDirectory(dir=destination.parent) as scratch:
         rows_file = Path(scratch) / "rows.jsonl"
         result = export_job(output, rows_file, partial=partial)
         tmp = Path(scratch) / "out.jsonl"
         with open(rows_file, "rb") as rows, open(tmp, "wb") as out:
             for line in rows:
-                out.write(json.dumps(output_line(json.loads(line), created)).encode() + b"\n")
+                out.write(json.dumps(output_line(json.loads(line), created, decode)).encode() + b"\n")
             sync_file(out)
         publish(tmp, destination)
     return result
+
+
+def _lazy_decoder(output: Path) -> Decode:
+    """Token id -> text with the job's own tokenizer, loaded only if some request asked for logprobs."""
+
+    @functools.cache
+    def tokenizer() -> Any:
+        manifest = JobDir(output).siblings()[0].read_manifest()
+        return load_tokenizer(Path(manifest["fingerprint"]["model"]))
+
+    return lambda token_id: tokenizer().decode([token_id])

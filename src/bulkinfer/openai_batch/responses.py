@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from bulkinfer.openai_batch.logprobs import Decode, chat_logprobs, completion_logprobs
 from bulkinfer.openai_batch.requests import CHAT_URL
 
 
-def output_line(row: dict[str, Any], created: int) -> dict[str, Any]:
+def output_line(row: dict[str, Any], created: int, decode: Decode) -> dict[str, Any]:
     """A success is status 200 with a chat.completion or text_completion body; any failure, status 400."""
     index = row["row_index"]
     error = row.get("batch_error") or row.get("error")
@@ -15,18 +16,19 @@ def output_line(row: dict[str, Any], created: int) -> dict[str, Any]:
         body = {"error": {"message": error, "type": "invalid_request_error", "param": None, "code": None}}
         status = 400
     else:
-        body = _completion(row, created)
+        body = _completion(row, created, decode)
         status = 200
     return {"id": f"batch_req_{index}", "custom_id": row.get("custom_id"),
             "response": {"status_code": status, "request_id": f"req_{index}", "body": body}, "error": None}
 
 
-def _completion(row: dict[str, Any], created: int) -> dict[str, Any]:
+def _completion(row: dict[str, Any], created: int, decode: Decode) -> dict[str, Any]:
     chat = row["url"] == CHAT_URL
     texts, reasons = _as_list(row["generated_text"]), _as_list(row["finish_reason"])
+    logprobs = _choice_logprobs(row, len(texts), chat, decode)
     completion_tokens = sum(_as_list(row["completion_tokens"]))
-    choices = [_chat_choice(i, text, reason) if chat else _text_choice(i, text, reason)
-               for i, (text, reason) in enumerate(zip(texts, reasons))]
+    choices = [_chat_choice(i, text, reason, lp) if chat else _text_choice(i, text, reason, lp)
+               for i, (text, reason, lp) in enumerate(zip(texts, reasons, logprobs))]
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{row['row_index']}",
         "object": "chat.completion" if chat else "text_completion",
@@ -38,13 +40,23 @@ def _completion(row: dict[str, Any], created: int) -> dict[str, Any]:
     }
 
 
-def _chat_choice(index: int, text: str, reason: str) -> dict[str, Any]:
+def _choice_logprobs(row: dict[str, Any], samples: int, chat: bool, decode: Decode) -> list[Any]:
+    """One logprobs object per choice, or None for each when the request asked for none."""
+    per_sample = row.get("logprobs")
+    if row.get("body_logprobs") is None or not per_sample:
+        return [None] * samples
+    convert = chat_logprobs if chat else completion_logprobs
+    return [convert(positions, row["body_logprobs"], decode) if positions is not None else None
+            for positions in per_sample]
+
+
+def _chat_choice(index: int, text: str, reason: str, logprobs: Any) -> dict[str, Any]:
     return {"index": index, "message": {"role": "assistant", "content": text, "refusal": None},
-            "finish_reason": reason, "logprobs": None}
+            "finish_reason": reason, "logprobs": logprobs}
 
 
-def _text_choice(index: int, text: str, reason: str) -> dict[str, Any]:
-    return {"index": index, "text": text, "finish_reason": reason, "logprobs": None}
+def _text_choice(index: int, text: str, reason: str, logprobs: Any) -> dict[str, Any]:
+    return {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}
 
 
 def _as_list(value: Any) -> list[Any]:
