@@ -71,7 +71,8 @@ def test_lm_eval_passes_every_argument_through(capsys, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("command, defaults", [
-    ("run", ["--max-tokens", "(default: 256)", "--temperature", "(default: 1.0)", "--hourly-cost", "JOB.toml", "(required: here or in the job file)"]),
+    ("run", ["--max-tokens", "(default: 256)", "--temperature", "(default: 1.0)", "--hourly-cost", "JOB.toml",
+             "(required: here or in the job file)", "--format", "(default: rows)"]),
     ("inspect", ["--max-tokens", "256", "--prompt-column", "prompt", "--output-tok-s"]),
     ("bench", ["--model", "random:tiny", "--workload", "mixed", "--compare", "bulkinfer,static,continuous"]),
     ("export", ["--partial"]),

@@ -16,6 +16,7 @@ from bulkinfer.cli.display import ProgressDisplay
 from bulkinfer.cli.jobfile import merge_settings, read_job_file
 from bulkinfer.cli.options import config_from_options, run_parameters
 from bulkinfer.cli.summary import run_stats, summary_table, write_stats
+from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.job import JobOutcome, run_job
 from bulkinfer.runner.parts import part_of
 
@@ -33,9 +34,7 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
     with ProgressDisplay(live=sys.stderr.isatty()) as display:
         outcome = run_job(config, reporter=display)
     if display.last is not None:  # the engine ran; a job that was already complete keeps its stats.json
-        stats = run_stats(config, outcome, display.last, time.monotonic() - started, hourly_cost)
-        write_stats(outcome.output, part_of(config), stats)
-        Console(stderr=True).print(summary_table(stats))
+        _report(config, outcome, run_stats(config, outcome, display.last, time.monotonic() - started, hourly_cost))
     _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if format == "openai-batch" else "RESULTS.parquet")
     if outcome.stopped_by is not None and not outcome.complete:
         return 128 + outcome.stopped_by
@@ -47,9 +46,9 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
 # typer reads the options from the signature; all but the first three are generated from JobConfig's fields.
 _OWN = [
     inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
-                      default=typer.Argument(None, metavar="[JOB.toml]", help="TOML job file with the same settings as the flags, "
-                                                        "as flat keys (max_tokens = 64); flags override it.",
-                                             show_default=False)),
+                      default=typer.Argument(None, metavar="[JOB.toml]", show_default=False,
+                                             help="TOML job file with the same settings as the flags, as flat "
+                                                  "keys (max_tokens = 64); flags override it.")),
     inspect.Parameter("hourly_cost", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
                       default=typer.Option(None, "--hourly-cost", min=0.0, show_default=False,
                                            help="Machine price per hour: stats.json then reports the cost per "
@@ -59,8 +58,14 @@ _OWN = [
                                            help="Input: rows (a table with a prompt column) or openai-batch "
                                                 "(an OpenAI Batch API request file) (default: rows).")),
 ]
-run_command.__signature__ = inspect.Signature(_OWN + run_parameters(), return_annotation=int)  # type: ignore[attr-defined]
+run_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    _OWN + run_parameters(), return_annotation=int)
 run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signature__.parameters.values()}
+
+
+def _report(config: JobConfig, outcome: JobOutcome, stats: dict[str, Any]) -> None:
+    write_stats(outcome.output, part_of(config), stats)
+    Console(stderr=True).print(summary_table(stats))
 
 
 def _say_outcome(outcome: JobOutcome, export_to: str) -> None:

@@ -9,7 +9,8 @@ CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 # Sampling settings of each body; the request table holds them as body_<param> columns (null: the job's setting).
 SAMPLING_PARAMS = ("max_tokens", "temperature", "top_p", "seed", "stop", "n", "logprobs")
-COLUMNS = ("custom_id", "url", "body_model", "messages", "prompt", "batch_error", *(f"body_{p}" for p in SAMPLING_PARAMS))
+COLUMNS = ("custom_id", "url", "body_model", "messages", "prompt", "batch_error",
+           *(f"body_{param}" for param in SAMPLING_PARAMS))
 
 
 class BadRequest(ValueError):
