@@ -21,8 +21,14 @@ def matmul_tflops(dtype: torch.dtype, device: torch.device, size: int = 2048, se
 
 
 def model_flops(num_params: int, num_layers: int, attn_width: int, requests, computed_prompt: int | None) -> float:
-    """Matmul FLOPs: 2 per weight per token, plus attention's QK and PV products over the context."""
-    prompt = sum(len(r.prompt) * r.n for r in requests) if computed_prompt is None else computed_prompt
-    tokens = prompt + sum(r.max_tokens * r.n for r in requests)
-    contexts = sum(r.n * (len(r.prompt) + r.max_tokens) ** 2 / 2 for r in requests)
-    return 2 * num_params * tokens + 4 * num_layers * attn_width * contexts
+    """Matmul FLOPs: 2 per weight per token, plus attention's QK and PV products over the context.
+
+    computed_prompt (bulkinfer's count, prefix-cache hits left out) scales the prompt's share, so
+    work the cache saved is not counted as work done.
+    """
+    prompt_total = sum(len(r.prompt) * r.n for r in requests)
+    prompt = prompt_total if computed_prompt is None else computed_prompt
+    generated = sum(r.max_tokens * r.n for r in requests)
+    prompt_contexts = sum(r.n * len(r.prompt) ** 2 / 2 for r in requests) * prompt / max(prompt_total, 1)
+    decode_contexts = sum(r.n * (len(r.prompt) * r.max_tokens + r.max_tokens ** 2 / 2) for r in requests)
+    return 2 * num_params * (prompt + generated) + 4 * num_layers * attn_width * (prompt_contexts + decode_contexts)

@@ -41,19 +41,26 @@ def run_benchmark(model: str, workload: str, num_requests: int, dtype: str = "au
     requests = make_workload(workload, num_requests, model_config.vocab_size, seed)
     temperature = TEMPERATURE[workload]
     max_len = max(len(r.prompt) + r.max_tokens for r in requests)
-    timings = []
+    if unknown := [system for system in compare if system not in SYSTEMS]:
+        raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
+    runs = {
+        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, dtype=torch_dtype, device=device,
+                                                   max_model_len=max_len, **engine_args),
+        "static": lambda: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
+        "continuous": lambda: systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device),
+    }
+    timings, failures = [], {}
     for system in compare:
-        if system == "bulkinfer":
-            timings.append(systems.run_bulkinfer(path, requests, temperature, dtype=torch_dtype, device=device,
-                                                 max_model_len=max_len, **engine_args))
-        elif system == "static":
-            timings.append(systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device))
-        elif system == "continuous":
-            timings.append(systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device))
-        else:
-            raise ValueError(f"unknown system {system!r}; choose from {', '.join(SYSTEMS)}")
+        try:
+            timings.append(runs[system]())
+        except Exception as exc:  # a baseline that breaks is reported, and the others still count
+            if system == "bulkinfer":
+                raise
+            failures[system] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     peak = matmul_tflops(torch_dtype, torch_device)
-    return _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
+    report = _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
+    report["systems"].update({system: {"error": error} for system, error in failures.items()})
+    return report
 
 
 def _report(path, model_config, workload, requests, dtype, device, timings, peak) -> dict:
@@ -101,6 +108,9 @@ def format_report(report: dict) -> str:
              f"{report['useful_output_tokens']} useful output tokens, {report['dtype']}, {report['machine']}, "
              f"matmul peak {report['peak_matmul_tflops'] * 1000:.0f} GFLOP/s"]
     for name, row in report["systems"].items():
+        if "error" in row:
+            lines.append(f"  {name:<11} failed: {row['error']}")
+            continue
         speedup = f"  (bulkinfer {row['bulkinfer_speedup']}x)" if "bulkinfer_speedup" in row else ""
         lines.append(f"  {name:<11} {row['seconds']:>8.2f} s  {row['useful_output_tok_s']:>9.1f} useful tok/s  "
                      f"MFU {row['mfu']:.1%}{speedup}")
