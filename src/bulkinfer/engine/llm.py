@@ -15,8 +15,8 @@ from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.logprobs import position_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker
-from bulkinfer.engine.sampler import Sampler
 from bulkinfer.engine import scoring
+from bulkinfer.engine.sampler import Sampler
 from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
 from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
@@ -233,13 +233,13 @@ class LLM:
         if not output.sample_seqs:
             return []
         sampled = self.sampler(output.logits, output.sample_seqs)
-        tokens = torch.tensor(sampled.token_ids, device=output.logits.device)
         done = []
         for row, (seq, token) in enumerate(zip(output.sample_seqs, sampled.token_ids)):
             seq.append_token(token)
             if seq.logprobs is not None:
-                record = position_logprobs(sampled.logprobs[row:row + 1], tokens[row:row + 1],
-                                           seq.params.logprobs, self.tokenizer)[0]
+                chosen = torch.tensor([token], device=output.logits.device)
+                record = position_logprobs(sampled.logprobs[row:row + 1], chosen, seq.params.logprobs,
+                                           self.tokenizer)[0]
                 seq.logprobs.append(record)
                 seq.cumulative_logprob += record[token].logprob
             if self.stop_checker.check(seq):
