@@ -44,13 +44,14 @@ def score_tokens(llm: "LLM", pairs: list[tuple[list[int], list[int]]], use_tqdm:
                 index, score_from = positions.pop(output.request_id)
                 if output.error:
                     raise ValueError(f"request {index} cannot be scored: {output.error}")
-                results[index] = _loglikelihood(output.prompt_token_ids[score_from:],
+                results[index] = loglikelihood_of(output.prompt_token_ids[score_from:],
                                                 output.prompt_logprobs[score_from:])
                 bar.update(1)
     return results
 
 
-def _loglikelihood(targets: list[int], records) -> Loglikelihood:
+def loglikelihood_of(targets: list[int], records) -> Loglikelihood:
+    """The score of `targets` from their prompt-logprob records (one dict per position)."""
     logprobs = [record[token].logprob for token, record in zip(targets, records)]
     greedy = all(record[token].rank == 1 for token, record in zip(targets, records))
     return Loglikelihood(sum(logprobs), greedy, logprobs)

@@ -11,12 +11,21 @@ from bulkinfer.runner.sources import Source
 
 def required_columns(config: JobConfig) -> list[tuple[str, str]]:
     """(setting, column) pairs that every input must have."""
-    needed = [("messages_column", config.messages_column) if config.messages_column
-              else ("prompt_column", config.prompt_column)]
+    needed = _text_columns(config)
     if config.id_column:
         needed.append(("id_column", config.id_column))
     needed += [(f"param_columns.{param}", column) for param, column in config.param_columns.items()]
     return needed
+
+
+def _text_columns(config: JobConfig) -> list[tuple[str, str]]:
+    if config.task == "score":
+        return [("context_column", config.context_column), ("continuation_column", config.continuation_column)]
+    if config.task == "choice":
+        return [("prompt_column", config.prompt_column), ("choices_column", config.choices_column)]
+    if config.messages_column:
+        return [("messages_column", config.messages_column)]
+    return [("prompt_column", config.prompt_column)]
 
 
 def check_columns(sources: list[Source], config: JobConfig) -> None:

@@ -13,6 +13,7 @@ INPUT_FORMATS = ("parquet", "jsonl")
 OUTPUT_FORMATS = ("parquet", "jsonl")
 EXECUTORS = ("local", "ray")
 TRUNCATE_SIDES = ("left", "right")
+TASKS = ("generate", "score", "choice")
 # SamplingParams fields a job sets for every row (and that per-row columns may override).
 SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs")
 
@@ -31,6 +32,11 @@ class JobConfig:
     # SamplingParams field -> input column whose non-null values override the job's setting per row.
     param_columns: dict[str, str] = field(default_factory=dict)
     truncate: str | None = None
+    # What to do with each row: generate text, score a continuation, or pick the likeliest of its choices.
+    task: str = "generate"
+    context_column: str = "context"
+    continuation_column: str = "continuation"
+    choices_column: str = "choices"
     # Sampling. A job-level seed gives row i the seed `seed + i`, so results do not depend on batching.
     n: int = 1
     max_tokens: int = 256
@@ -104,6 +110,9 @@ class JobConfig:
         _check_choice("output_format", self.output_format, OUTPUT_FORMATS)
         _check_choice("truncate", self.truncate, TRUNCATE_SIDES, allow_none=True)
         _check_choice("executor", self.executor, EXECUTORS)
+        _check_choice("task", self.task, TASKS)
+        if self.task != "generate" and self.executor != "local":
+            raise UsageError(f"task {self.task!r} runs with the local executor only")
         for name in ("window_rows", "shard_rows", "max_num_seqs", "block_size", "replicas"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")

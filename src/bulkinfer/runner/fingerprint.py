@@ -15,6 +15,7 @@ from bulkinfer.runner.config import SAMPLING_FIELDS, JobConfig
 from bulkinfer.runner.errors import UsageError
 
 PROMPT_FIELDS = ("prompt_column", "messages_column", "system_prompt", "id_column", "param_columns", "truncate")
+TASK_FIELDS = ("task", "context_column", "continuation_column", "choices_column")
 _SHOWN_CHARS = 60
 
 
@@ -27,6 +28,8 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
         "max_model_len": config.max_model_len,
         **{name: getattr(config, name) for name in PROMPT_FIELDS},
         **{name: getattr(config, name) for name in SAMPLING_FIELDS},
+        # Only for scoring tasks, so generation jobs started before tasks existed still resume.
+        **({name: getattr(config, name) for name in TASK_FIELDS} if config.task != "generate" else {}),
     }
 
 

@@ -11,11 +11,10 @@ from bulkinfer.runner.inputs import read_rows, windows
 from bulkinfer.runner.llm_factory import load_llm
 from bulkinfer.runner.loop import JobLoop
 from bulkinfer.runner.pipeline import Prefetcher
-from bulkinfer.runner.prepare import Preparer
 from bulkinfer.runner.report import Reporter
-from bulkinfer.runner.results import ResultBuilder
 from bulkinfer.runner.signals import StopSignals
 from bulkinfer.runner.start import OpenJob, open_job
+from bulkinfer.runner.tasks import make_preparer, make_results
 
 
 @dataclass(frozen=True)
@@ -55,10 +54,10 @@ def _run_engine(config: JobConfig, job: OpenJob, signals: StopSignals, reporter:
     if signals.requested:  # loading can take minutes; a Ctrl-C meanwhile should not start the work
         return
     # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
-    preparer = Preparer(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
+    preparer = make_preparer(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
     rows = read_rows(job.files, job.done, config.window_rows, job.rows)
     prepared = Prefetcher(windows(rows, config.window_rows), preparer)
-    loop = JobLoop(llm, prepared, job.committer(config), ResultBuilder(config), config.in_flight_target,
+    loop = JobLoop(llm, prepared, job.committer(config), make_results(config), config.in_flight_target,
                    lambda: signals.requested, job.rows_total, reporter)
     try:
         loop.run()

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 from bulkinfer.runner.committer import Committer
 from bulkinfer.runner.pipeline import NOT_READY, Prefetcher
 from bulkinfer.runner.prepare import PreparedWindow, Work
 from bulkinfer.runner.report import Reporter, Snapshot
 from bulkinfer.runner.results import ResultBuilder
-from bulkinfer.runner.rows import SourceRow
+from bulkinfer.runner.score_results import ScoreResults
 
 IDLE_POLL = 0.1  # seconds to wait for the next window when the engine has nothing to do
 
 
 class JobLoop:
     def __init__(self, llm: Any, windows: Prefetcher[PreparedWindow], committer: Committer,
-                 results: ResultBuilder, in_flight_target: int, stop_requested: Callable[[], bool],
+                 results: ResultBuilder | ScoreResults, in_flight_target: int, stop_requested: Callable[[], bool],
                  rows_total: int, reporter: Reporter | None = None) -> None:
         self.llm = llm
         self.windows = windows
@@ -29,7 +29,7 @@ class JobLoop:
         self.rows_total = rows_total
         self.reporter = reporter
         self.pending: deque[Work] = deque()  # prepared, not yet handed to the engine
-        self.in_flight: dict[int, SourceRow] = {}  # row position (the request id) -> row
+        self.in_flight: dict[Hashable, Work] = {}  # request id -> what was sent
         self._rows_at_start = committer.progress.rows_done
         self._started = time.monotonic()
 
@@ -65,9 +65,14 @@ class JobLoop:
             if not self.pending and not self._take_window():
                 return
             if self.pending:
-                work = self.pending.popleft()
-                self.llm.add_request(work.row.index, work.token_ids, work.params)
-                self.in_flight[work.row.index] = work.row
+                self._send(self.pending.popleft())
+
+    def _send(self, work: Work) -> None:
+        if work.score_from is None:
+            self.llm.add_request(work.request_id, work.token_ids, work.params)
+        else:
+            self.llm.add_scoring_request(work.request_id, work.token_ids, work.score_from)
+        self.in_flight[work.request_id] = work
 
     def _take_window(self) -> bool:
         # Only wait for the reader when the engine would otherwise sit idle.
@@ -82,4 +87,7 @@ class JobLoop:
 
     def _step(self) -> None:
         for output in self.llm.step():
-            self.committer.add(self.results.finished(self.in_flight.pop(output.request_id), output))
+            # None while a row still waits for others of its requests.
+            row = self.results.collect(self.in_flight.pop(output.request_id), output)
+            if row is not None:
+                self.committer.add(row)

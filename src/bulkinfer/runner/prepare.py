@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Hashable
 
 from bulkinfer.runner.binning import order_for_engine
 from bulkinfer.runner.config import JobConfig
@@ -17,7 +17,15 @@ from bulkinfer.sampling_params import SamplingParams
 class Work:
     row: SourceRow
     token_ids: list[int]
-    params: SamplingParams
+    params: SamplingParams | None  # None for a scoring request
+    score_from: int | None = None  # set: a prefill-only request scoring the tokens from here on
+    part: int = 0  # a row may fan out into several requests (one per choice); this one's number
+    parts: int = 1
+    request_id: Hashable = None  # None: the row's index
+
+    def __post_init__(self) -> None:
+        if self.request_id is None:
+            self.request_id = self.row.index
 
 
 @dataclass

@@ -6,6 +6,7 @@ from typing import Any
 
 from bulkinfer.outputs import CompletionOutput, RequestOutput
 from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.prepare import Work
 from bulkinfer.runner.rows import ROW_INDEX, SourceRow
 
 
@@ -27,6 +28,10 @@ class ResultBuilder:
         if not self.list_outputs:
             columns = {name: values[0] for name, values in columns.items()}
         return self._row(row, columns, prompt_tokens=len(output.prompt_token_ids), error=None)
+
+    def collect(self, work: Work, output: RequestOutput) -> dict[str, Any] | None:
+        """The output row once every request of the row is back; a generation row has just one."""
+        return self.finished(work.row, output)
 
     def finished(self, row: SourceRow, output: RequestOutput) -> dict[str, Any]:
         """The output row of a request the engine has finished, whether it succeeded or failed."""

@@ -8,7 +8,8 @@ from typing import Any
 # The key of every row: its position across all inputs. Shards, the ledger and export use it.
 ROW_INDEX = "row_index"
 # Added after the input columns in every output row, in this order.
-RESULT_COLUMNS = ("generated_text", "finish_reason", "prompt_tokens", "completion_tokens", "error", "logprobs")
+RESULT_COLUMNS = ("generated_text", "finish_reason", "logprob", "is_greedy", "choice_logprobs", "choice_logprobs_norm",
+                  "choice", "choice_norm", "prompt_tokens", "completion_tokens", "error", "logprobs")
 RESERVED_COLUMNS = (ROW_INDEX, *RESULT_COLUMNS)
 
 
