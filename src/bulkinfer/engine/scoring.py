@@ -30,7 +30,10 @@ class Loglikelihood:
 def score_tokens(llm: "LLM", pairs: list[tuple[list[int], list[int]]], use_tqdm: bool = False) -> list[Loglikelihood]:
     """Each (context, continuation) of token ids; a context that does not fit loses its oldest tokens."""
     positions = {}
-    for index, (context, continuation) in enumerate(pairs):
+    # Longest first, as the harness orders them: the batch is widest at the start, and a shared
+    # context is computed once by whichever request reaches it first, wherever the others stand.
+    for index in sorted(range(len(pairs)), key=lambda i: -len(pairs[i][0]) - len(pairs[i][1])):
+        context, continuation = pairs[index]
         if not context or not continuation:
             raise ValueError("scoring needs a non-empty context and continuation")
         tokens = (context + continuation)[-(llm.max_model_len + 1):]
