@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -37,4 +37,3 @@ class RequestOutput:
     prompt_logprobs: list[PositionLogprobs | None] | None = None
     finished: bool = True
     error: str | None = None  # set when the request could not run at all (e.g. too long)
-    metrics: dict[str, float] = field(default_factory=dict)

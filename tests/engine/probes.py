@@ -11,7 +11,7 @@ from bulkinfer.engine.sequence import Sequence
 
 def last_logits(llm: LLM, token_ids: list[int]) -> torch.Tensor:
     """Prefill one prompt through the engine's runner and return its last-position logits."""
-    seq = Sequence("probe", 0, token_ids, SamplingParams(), None, 0)
+    seq = Sequence("probe", 0, token_ids, SamplingParams(), None)
     num_new = llm.block_manager.admit(seq, len(token_ids))
     try:
         return llm.runner.execute(ScheduledBatch([seq], [num_new])).logits[0]

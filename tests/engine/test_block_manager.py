@@ -8,7 +8,7 @@ from bulkinfer.engine.sequence import Sequence
 
 
 def seq(tokens: list[int], **params) -> Sequence:
-    return Sequence("r", 0, tokens, SamplingParams(**params), None, 0)
+    return Sequence("r", 0, tokens, SamplingParams(**params), None)
 
 
 def run_prefill(manager: BlockManager, sequence: Sequence) -> int:

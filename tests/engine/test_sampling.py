@@ -34,7 +34,7 @@ def test_seeded_sampling_does_not_depend_on_the_batch(llm):
 
 
 def filtered(probs_logits: torch.Tensor, **params) -> torch.Tensor:
-    seq = Sequence(0, 0, [1], SamplingParams(**params), None, 0)
+    seq = Sequence(0, 0, [1], SamplingParams(**params), None)
     return _filtered_probs(probs_logits[None, :], [seq])[0]
 
 

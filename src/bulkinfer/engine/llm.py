@@ -68,7 +68,6 @@ class LLM:
         self.stop_checker = StopChecker(eos_token_ids(path, hf_config, self.tokenizer), self.detokenizer)
         self.requests: dict[Hashable, Request] = {}
         self._failed: list[Request] = []  # refused at add time, reported by the next step()
-        self._arrivals = 0
         self._generate_ids = itertools.count()
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
 
@@ -203,9 +202,7 @@ class LLM:
             # Each of the n samples gets its own stream, fixed by the seed and its index.
             generator = torch.Generator(device=self.config.device)
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
-        self._arrivals += 1
-        return Sequence(request.request_id, index, prompt_ids, request.params, generator, self._arrivals,
-                        **scoring)
+        return Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
 
     def _advance(self, batch: ScheduledBatch) -> None:
         for seq, num_new in zip(batch.seqs, batch.num_new_tokens):

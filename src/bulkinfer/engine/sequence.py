@@ -19,7 +19,7 @@ class SequenceStatus(enum.Enum):
 
 class Sequence:
     def __init__(self, request_id: Any, index: int, prompt_token_ids: list[int], params: SamplingParams,
-                 generator: torch.Generator | None, arrival: int, score_from: int | None = None,
+                 generator: torch.Generator | None, score_from: int | None = None,
                  scored_ids: list[int] | None = None):
         self.request_id = request_id
         self.index = index  # which of the request's n samples this is
@@ -28,7 +28,6 @@ class Sequence:
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
         self.generator = generator
-        self.arrival = arrival  # admission order; preemption takes the newest first
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0  # tokens whose K/V are in the cache
         self.num_cached_tokens = 0  # of those, how many came from the prefix cache
