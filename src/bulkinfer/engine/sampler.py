@@ -39,7 +39,11 @@ class Sampler:
         return SamplerOutput(torch.where(is_greedy, greedy, sampled).tolist(), raw_logprobs)
 
     def _noise(self, probs: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        noise = torch.empty_like(probs).exponential_(generator=self.generator)
+        # Each row's noise is drawn once: from its own generator if seeded, else from the engine's.
+        noise = torch.empty_like(probs)
+        unseeded = [row for row, seq in enumerate(seqs) if seq.generator is None]
+        if unseeded:
+            noise[unseeded] = torch.empty_like(probs[unseeded]).exponential_(generator=self.generator)
         for row, seq in enumerate(seqs):
             if seq.generator is not None:
                 noise[row].exponential_(generator=seq.generator)
