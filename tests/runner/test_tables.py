@@ -1,5 +1,6 @@
 import pyarrow as pa
 
+from bulkinfer.runner.rows import result_columns
 from bulkinfer.runner.tables import conform, rows_to_table, unified_schema
 
 
@@ -16,7 +17,7 @@ def test_schemas_unify_with_result_columns_last() -> None:
     first = rows_to_table([{"row_index": 0, "prompt": "p", "generated_text": "g", "error": None, "x": None}])
     second = rows_to_table([{"row_index": 1, "prompt": "q", "generated_text": None, "error": "bad", "x": 2.5}])
     third = rows_to_table([{"row_index": 2, "x": "text", "generated_text": "h"}])
-    schema = unified_schema([first.schema, second.schema, third.schema])
+    schema = unified_schema([first.schema, second.schema, third.schema], result_columns("generate"))
     assert schema.names == ["row_index", "prompt", "x", "generated_text", "error"]
     assert schema.field("x").type == pa.string()  # a double in one shard, a string in another
     merged = pa.concat_tables([conform(t, schema) for t in (first, second, third)])

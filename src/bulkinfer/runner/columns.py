@@ -5,7 +5,7 @@ from __future__ import annotations
 from bulkinfer.runner import jsonl_reader, parquet_reader
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.errors import UsageError
-from bulkinfer.runner.rows import reserved_clash
+from bulkinfer.runner.rows import reserved_clash, reserved_columns
 from bulkinfer.runner.sources import Source
 
 
@@ -30,6 +30,7 @@ def _text_columns(config: JobConfig) -> list[tuple[str, str]]:
 
 def check_columns(sources: list[Source], config: JobConfig) -> None:
     """Parquet: the schema. JSONL: the keys of its first objects (a later row lacking one becomes an error row)."""
+    reserved = reserved_columns(config.task)
     for source in sources:
         present = _columns_of(source)
         if present is None:
@@ -38,7 +39,7 @@ def check_columns(sources: list[Source], config: JobConfig) -> None:
             if column not in present:
                 raise UsageError(f"{source.name}: no column {column!r} (from {setting}); "
                                  f"its columns are: {', '.join(sorted(present)) or 'none'}")
-        clash = reserved_clash(present)
+        clash = reserved_clash(present, reserved)
         if clash:
             raise UsageError(f"{source.name}: column {clash!r} has the name of an output column; "
                              f"rename it in the input")

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from bulkinfer.runner.errors import UsageError
 from bulkinfer.runner.jsonl_writer import json_line
 from bulkinfer.runner.progress import ShardSpan
-from bulkinfer.runner.rows import ROW_INDEX
+from bulkinfer.runner.rows import ROW_INDEX, result_columns
 from bulkinfer.runner.shards import ShardStore
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, FORMAT_SUFFIXES
 from bulkinfer.runner.tables import conform, unified_schema
@@ -43,7 +43,7 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
                          f"run it again to finish it, or pass --partial to export what is done")
     fmt = _destination_format(destination)
     spans = list(union.spans())
-    schema = unified_schema(store.schema(span.name) for store, span in spans)
+    schema = unified_schema((store.schema(span.name) for store, span in spans), result_columns(union.task))
     tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
     rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
     os.replace(tmp, destination)

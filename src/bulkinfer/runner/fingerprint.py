@@ -33,6 +33,11 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
     }
 
 
+def task_of(fingerprint: dict[str, Any]) -> str:
+    """The job's task, as job_fingerprint records it: a generation job's fingerprint does not name it."""
+    return fingerprint.get("task", "generate")
+
+
 def model_identity(model: str) -> dict[str, Any]:
     """The checkpoint's directory, hashes of its small text files (config, tokenizer, chat template:
     transformers keeps that in chat_template.jinja or tokenizer_config.json) and its weight sizes."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from bulkinfer.runner import jsonl_reader, parquet_reader
-from bulkinfer.runner.rows import SourceRow
+from bulkinfer.runner.rows import SourceRow, reserved_columns
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import Source
 
@@ -48,8 +48,10 @@ def scan_inputs(sources: list[Source]) -> list[InputFile]:
 
 
 def read_rows(files: list[InputFile], done: RowSet, batch_rows: int,
-              wanted: range | None = None) -> Iterator[SourceRow]:
-    """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across all files."""
+              wanted: range | None = None, task: str = "generate") -> Iterator[SourceRow]:
+    """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across all files.
+    `task` says which column names the output needs for itself (see rows.reserved_columns)."""
+    reserved = reserved_columns(task)
     skipped = _Skipped(done, wanted if wanted is not None else range(sum(file.rows for file in files)))
     start = 0
     for file in files:
@@ -57,7 +59,7 @@ def read_rows(files: list[InputFile], done: RowSet, batch_rows: int,
             if file.format == "parquet":
                 yield from parquet_reader.read_parquet(file.source, start, skipped, batch_rows)
             else:
-                yield from jsonl_reader.read_jsonl(file.source, start, skipped)
+                yield from jsonl_reader.read_jsonl(file.source, start, skipped, reserved)
         start += file.rows
 
 

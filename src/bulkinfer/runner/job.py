@@ -55,7 +55,7 @@ def _run_engine(config: JobConfig, job: OpenJob, signals: StopSignals, reporter:
         return
     # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
     preparer = make_preparer(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
-    rows = read_rows(job.files, job.done, config.window_rows, job.rows)
+    rows = read_rows(job.files, job.done, config.window_rows, job.rows, config.task)
     prepared = Prefetcher(windows(rows, config.window_rows), preparer)
     loop = JobLoop(llm, prepared, job.committer(config), make_results(config), config.in_flight_target,
                    lambda: signals.requested, job.rows_total, reporter)

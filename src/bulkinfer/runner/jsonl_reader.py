@@ -27,21 +27,22 @@ def count_rows(path: Path) -> int:
         return sum(1 for raw in lines if raw.strip())
 
 
-def read_jsonl(source: Source, start: int, done: RowSet) -> Iterator[SourceRow]:
-    """Rows numbered from `start`, skipping those in `done` without parsing them."""
+def read_jsonl(source: Source, start: int, done: RowSet, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
+    """Rows numbered from `start`, skipping those in `done` without parsing them; a row with a key
+    in `reserved` (names the output needs) becomes an error row."""
     index = start
     with open_lines(source.path) as lines:
         for line_no, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
             if index not in done:
-                yield parse_line(raw, index, f"{source.name} line {line_no}")
+                yield parse_line(raw, index, f"{source.name} line {line_no}", reserved)
             index += 1
 
 
-def parse_line(raw: bytes, index: int, where: str) -> SourceRow:
+def parse_line(raw: bytes, index: int, where: str, reserved: tuple[str, ...]) -> SourceRow:
     value, problem = _load_object(raw)
-    if value is not None and (clash := reserved_clash(value.keys())):
+    if value is not None and (clash := reserved_clash(value.keys(), reserved)):
         value, problem = None, f"has a key {clash!r}, which is also an output column"
     return SourceRow(index, value, where, f"{where}: {problem}" if problem else None)
 

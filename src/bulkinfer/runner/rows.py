@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 # The key of every row: its position across all inputs. Shards, the ledger and export use it.
 ROW_INDEX = "row_index"
-# Added after the input columns in every output row, in this order.
-RESULT_COLUMNS = ("generated_text", "finish_reason", "logprob", "is_greedy", "choice_logprobs", "choice_logprobs_norm",
-                  "choice", "choice_norm", "prompt_tokens", "completion_tokens", "error", "logprobs")
-RESERVED_COLUMNS = (ROW_INDEX, *RESULT_COLUMNS)
+# The result columns that only this task writes, in output order (see result_columns).
+TASK_COLUMNS = {
+    "generate": ("generated_text", "finish_reason"),
+    "score": ("logprob", "is_greedy"),
+    "choice": ("choice_logprobs", "choice_logprobs_norm", "choice", "choice_norm"),
+}
 
 
 @dataclass
@@ -21,6 +24,18 @@ class SourceRow:
     error: str | None = None  # why the row cannot run, when that is known from reading alone
 
 
-def reserved_clash(columns: list[str] | set[str]) -> str | None:
-    """The first input column whose name the output needs for itself, if any."""
-    return next((name for name in RESERVED_COLUMNS if name in columns), None)
+def result_columns(task: str) -> tuple[str, ...]:
+    """The columns the task adds after the input columns of every output row, in this order."""
+    if task == "generate":
+        return (*TASK_COLUMNS[task], "prompt_tokens", "completion_tokens", "error", "logprobs")
+    return (*TASK_COLUMNS[task], "prompt_tokens", "error")
+
+
+def reserved_columns(task: str) -> tuple[str, ...]:
+    """The names the task's output needs for itself, so its input may not use them."""
+    return (ROW_INDEX, *result_columns(task))
+
+
+def reserved_clash(columns: Collection[str], reserved: tuple[str, ...]) -> str | None:
+    """The first of the reserved names that is also an input column, if any."""
+    return next((name for name in reserved if name in columns), None)

@@ -8,12 +8,7 @@ from bulkinfer.engine.scoring import Loglikelihood, loglikelihood_of
 from bulkinfer.outputs import RequestOutput
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.prepare import Work
-from bulkinfer.runner.rows import ROW_INDEX, SourceRow
-
-TASK_COLUMNS = {
-    "score": ("logprob", "is_greedy"),
-    "choice": ("choice_logprobs", "choice_logprobs_norm", "choice", "choice_norm"),
-}
+from bulkinfer.runner.rows import ROW_INDEX, TASK_COLUMNS, SourceRow
 
 
 class ScoreResults:

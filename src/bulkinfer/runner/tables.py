@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from bulkinfer.runner.jsonl_writer import json_default
-from bulkinfer.runner.rows import RESULT_COLUMNS, ROW_INDEX
+from bulkinfer.runner.rows import ROW_INDEX
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -21,14 +21,15 @@ def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.table({name: _column([row.get(name) for row in rows]) for name in names})
 
 
-def unified_schema(schemas: Iterable[pa.Schema]) -> pa.Schema:
-    """One schema all the given ones fit into: row_index, input columns, then the result columns."""
+def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...]) -> pa.Schema:
+    """One schema all the given ones fit into: row_index, input columns, then those of `results`
+    (the task's result columns, see rows.result_columns) that the shards hold, in that order."""
     types: dict[str, list[pa.DataType]] = {}
     for schema in schemas:
         for field in schema:
             types.setdefault(field.name, []).append(field.type)
-    inputs = [name for name in types if name != ROW_INDEX and name not in RESULT_COLUMNS]
-    ordered = [ROW_INDEX, *inputs, *(name for name in RESULT_COLUMNS if name in types)]
+    inputs = [name for name in types if name != ROW_INDEX and name not in results]
+    ordered = [ROW_INDEX, *inputs, *(name for name in results if name in types)]
     return pa.schema([(name, _common_type(types.get(name, [pa.int64()]))) for name in ordered])
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bulkinfer.runner.errors import UsageError
+from bulkinfer.runner.fingerprint import task_of
 from bulkinfer.runner.jobdir import JobDir
 from bulkinfer.runner.lock import current_holder
 from bulkinfer.runner.progress import JobProgress, ShardSpan, load_progress
@@ -36,6 +37,7 @@ class JobUnion:
     rows_total: int
     num_shards: int
     parts: list[PartProgress]  # the shards that have started
+    task: str
 
     @property
     def rows_done(self) -> int:
@@ -88,4 +90,4 @@ def load_union(output: Path) -> JobUnion:
                          f"export each job from its own directory")
     rows_total = manifests[0]["rows_total"]
     progress = [PartProgress(part, part.part.rows(rows_total), load_progress(part.ledger_path)) for part in parts]
-    return JobUnion(rows_total, counts.pop(), progress)
+    return JobUnion(rows_total, counts.pop(), progress, task_of(manifests[0]["fingerprint"]))
