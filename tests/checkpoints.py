@@ -93,7 +93,7 @@ ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
 }
 
 # Options make_checkpoint handles itself rather than passing to the config class.
-_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype")
+_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size")
 
 
 @functools.lru_cache(maxsize=1)
@@ -190,6 +190,7 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
       seed: int, for torch.manual_seed (default: fixed per arch)
       dtype: "float32" | "bfloat16" | "float16", the saved weights' dtype (default "float32")
       eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
+      vocab_size: int, embedding rows (default: the tokenizer's size rounded up to a multiple of 8)
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
@@ -198,7 +199,7 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
     settings = {**SIZES, **arch_settings, **overrides}
     own = {key: settings.pop(key, None) for key in _OWN_OPTIONS}
     tokenizer = build_tokenizer()
-    vocab_size = padded_vocab_size(len(tokenizer))
+    vocab_size = own["vocab_size"] or padded_vocab_size(len(tokenizer))
     config = config_class(**settings, **_token_ids(tokenizer), vocab_size=vocab_size)
     model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32")
     model.generation_config = _generation_config(tokenizer, eos_list=bool(own["eos_list"]))

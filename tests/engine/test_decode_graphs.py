@@ -7,6 +7,7 @@ import torch
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.engine.decode_graphs import DecodeGraphs, batch_buckets
 from bulkinfer.engine.scheduler import ScheduledBatch
+from bulkinfer.engine.step_plan import plan_step
 
 
 def test_buckets_cover_every_batch_size():
@@ -27,7 +28,8 @@ def test_padded_decode_step_gives_the_unpadded_hidden_states(tiny_llama):
     batch = ScheduledBatch(running, [1] * len(running))
     for seq in running:
         llm.block_manager.allocate_slots(seq, 1)
-    inputs, _, _ = llm.runner._prepare(batch)
+    plan, _ = plan_step(batch, llm.runner.block_size)
+    inputs = plan.to(torch.device("cpu"))
     graphs = DecodeGraphs(llm.runner.model, max_batch=8, max_blocks_per_seq=16, max_seq_len=128,
                           device=torch.device("cpu"), capture=False)
     assert graphs.fits(inputs.attn)

@@ -53,6 +53,7 @@ HELP = {
     "kv_cache_memory_gb": "KV-cache size on the CPU, in GB (default: the engine's).",
     "gpu_memory_utilization": "Share of GPU memory the model and KV cache may use (default: the engine's).",
     "enforce_eager": "Run without CUDA graphs (default: the engine's).",
+    "tensor_parallel_size": "Split the model's heads and MLP columns across this many processes (one GPU each).",
     "output_format": "Shard format: parquet or jsonl.",
     "window_rows": "Rows read, tokenized and sorted by length at a time.",
     "shard_rows": "Rows per result shard.",

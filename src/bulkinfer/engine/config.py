@@ -27,6 +27,7 @@ class EngineConfig:
     enforce_eager: bool  # no CUDA graphs for decode steps
     attention_backend: str
     seed: int
+    tensor_parallel_size: int = 1  # processes the model is split across, one per GPU
 
 
 def resolve_device(device: str) -> torch.device:

@@ -36,10 +36,8 @@ class LLM:
                  enable_prefix_caching: bool = True, attention_backend: str = "auto", seed: int = 0,
                  tensor_parallel_size: int = 1, kv_cache_memory_gb: float = 4.0,
                  gpu_memory_utilization: float = 0.9, enforce_eager: bool = False):
-        if tensor_parallel_size != 1:
-            raise ValueError("tensor_parallel_size > 1 is not supported yet")
         check_positive(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                       num_kv_blocks=num_kv_blocks, block_size=block_size)
+                       num_kv_blocks=num_kv_blocks, block_size=block_size, tensor_parallel_size=tensor_parallel_size)
         path = resolve_model_path(str(model))
         model_config, hf_config = read_config(path)
         resolved_device = resolve_device(device)
@@ -57,6 +55,7 @@ class LLM:
             enforce_eager=enforce_eager,
             attention_backend=attention_backend,
             seed=seed,
+            tensor_parallel_size=tensor_parallel_size,
         )
         self.model_config = model_config
         self.tokenizer = load_tokenizer(path)
@@ -74,6 +73,17 @@ class LLM:
     @property
     def max_model_len(self) -> int:
         return self.config.max_model_len
+
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes, if there are any. Garbage collection and
+        interpreter exit do it too; call it to free their memory sooner."""
+        self.runner.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     # ---- streaming interface -------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
 Model code sees a flat batch of tokens: ``forward(input_ids [T], positions [T], attn)``.
+Under tensor parallelism each rank builds the same modules with 1/K of the heads and MLP columns.
 """
 
 from __future__ import annotations
@@ -11,22 +12,38 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
-from bulkinfer.layers.linear import Linear
+from bulkinfer.layers.linear import ColumnParallelLinear, RowParallelLinear
 from bulkinfer.layers.norm import RMSNorm
 from bulkinfer.layers.ops import KernelOps
+from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.layers.rotary import cos_sin_cache
+from bulkinfer.layers.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 from bulkinfer.models.config import ModelConfig
+
+# What tensor parallelism splits, as its error messages name them.
+HEADS, KV_HEADS, MLP_COLUMNS = "attention heads", "key/value heads", "MLP columns (intermediate_size)"
+
+
+def check_splits(config: ModelConfig, tp: TensorParallel) -> None:
+    """Fail before anything is built if the model does not split evenly over tp.size ranks."""
+    for total, what in ((config.num_heads, HEADS), (config.num_kv_heads, KV_HEADS),
+                        (config.intermediate_size, MLP_COLUMNS)):
+        tp.split(total, what)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps):
+    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.head_dim = config.head_dim
+        self.num_heads = tp.split(config.num_heads, HEADS)
+        self.num_kv_heads = tp.split(config.num_kv_heads, KV_HEADS)
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim ** -0.5
-        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
-        self.o_proj = Linear(self.q_size, config.hidden_size, bias=False)
+        # This rank's q rows, then its k rows, then its v rows (the loader lays them out so).
+        self.qkv_proj = ColumnParallelLinear(config.hidden_size, (config.num_heads + 2 * config.num_kv_heads)
+                                             * self.head_dim, tp, HEADS, bias=config.qkv_bias)
+        self.o_proj = RowParallelLinear(config.num_heads * self.head_dim, config.hidden_size, tp, HEADS)
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
@@ -54,10 +71,11 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps):
+    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
         super().__init__()
-        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
+        # This rank's gate rows then its up rows, so silu_and_mul's halves still pair up.
+        self.gate_up_proj = ColumnParallelLinear(config.hidden_size, 2 * config.intermediate_size, tp, MLP_COLUMNS)
+        self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size, tp, MLP_COLUMNS)
         self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -65,12 +83,12 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps):
+    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.self_attn = Attention(config, ops)
+        self.self_attn = Attention(config, ops, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.mlp = MLP(config, ops)
+        self.mlp = MLP(config, ops, tp)
 
     def forward(self, positions, hidden, residual, attn, rope_cache):
         if residual is None:
@@ -83,10 +101,10 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps):
+    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, ops) for _ in range(config.num_layers))
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
+        self.layers = nn.ModuleList(DecoderLayer(config, ops, tp) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
 
     def forward(self, input_ids, positions, attn, rope_cache):
@@ -100,11 +118,13 @@ class DecoderModel(nn.Module):
 class CausalLM(nn.Module):
     """Hidden states for every new token; logits only for the rows the sampler needs."""
 
-    def __init__(self, config: ModelConfig, ops: KernelOps, max_position: int):
+    def __init__(self, config: ModelConfig, ops: KernelOps, max_position: int, tp: TensorParallel = SINGLE):
         super().__init__()
+        check_splits(config, tp)
         self.config = config
-        self.model = DecoderModel(config, ops)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tp = tp
+        self.model = DecoderModel(config, ops, tp)
+        self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, tp)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("rope_cache", cos_sin_cache(
@@ -115,8 +135,10 @@ class CausalLM(nn.Module):
                 attn: AttentionMetadata) -> torch.Tensor:  # [T] -> hidden [T, hidden]
         return self.model(input_ids, positions, attn, self.rope_cache)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
-        return self.lm_head(hidden).float()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """[N, hidden] -> [N, vocab] fp32 on rank 0; None on the other ranks."""
+        logits = self.lm_head(hidden)
+        return None if logits is None else logits.float()
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn for layer in self.model.layers]

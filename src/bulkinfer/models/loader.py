@@ -11,6 +11,7 @@ import torch
 from safetensors import safe_open
 
 from bulkinfer.layers.ops import KernelOps
+from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.config import ModelConfig
 from bulkinfer.models.llama import CausalLM
 
@@ -48,12 +49,12 @@ def read_config(path: Path) -> tuple[ModelConfig, dict]:
 
 
 def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torch.device,
-               ops: KernelOps, max_position: int) -> CausalLM:
+               ops: KernelOps, max_position: int, tp: TensorParallel = SINGLE) -> CausalLM:
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = CausalLM(config, ops, max_position)
+            model = CausalLM(config, ops, max_position, tp)
     finally:
         torch.set_default_dtype(default_dtype)
     load_weights(model, path)
@@ -68,37 +69,60 @@ _FUSED = [
 
 
 def load_weights(model: CausalLM, path: Path) -> None:
+    """Copy each checkpoint tensor, or this rank's slice of it, into its place in our layout."""
     params = dict(model.named_parameters())
-    filled = dict.fromkeys(params, 0)  # elements written per parameter, to find what is missing
+    loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
     for name, tensor in _checkpoint_tensors(path):
         if "rotary_emb" in name or (name == "lm_head.weight" and model.config.tie_word_embeddings):
             continue
-        target, rows = _target(name, model.config)
+        target, which = _target(name)
         if target not in params:
             raise ValueError(f"checkpoint tensor {name} has no place in {model.config.architecture}")
-        part = params[target].data if rows is None else params[target].data[rows]
-        if part.shape != tensor.shape:
-            raise ValueError(f"checkpoint tensor {name} has shape {tuple(tensor.shape)}, "
-                             f"expected {tuple(part.shape)}")
-        part.copy_(tensor)
-        filled[target] += part.numel()
-    missing = [name for name, param in params.items() if filled[name] < param.numel()]
+        param = params[target]
+        part = param.data if which is None else param.data[_fused_rows(which, model.config, model.tp.size)]
+        _copy_shard(name, tensor, part, getattr(param, "tp_dim", None), model.tp)
+        loaded[target] += 1
+    missing = [name for name, param in params.items() if loaded[name] < _parts(name)]
     if missing:
         raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {', '.join(missing[:3])}")
 
 
-def _target(name: str, config: ModelConfig) -> tuple[str, slice | None]:
-    """Our parameter for a checkpoint tensor, and the row range it fills in a fused one."""
+def _copy_shard(name: str, tensor: torch.Tensor, part: torch.Tensor, dim: int | None, tp: TensorParallel) -> None:
+    """`part` holds rows (dim 0) or columns (dim 1) [rank * n, (rank + 1) * n) of the tensor; the
+    vocabulary's last slice may run past its end, and those padding rows stay as they are."""
+    if dim is not None and tp.size > 1:
+        n, full = part.shape[dim], tensor.shape[dim]
+        start = tp.rank * n
+        if -(-full // tp.size) != n:
+            raise ValueError(f"checkpoint tensor {name} has {full} rows along dimension {dim}, expected "
+                             f"{n * tp.size} (split over {tp.size} ranks)")
+        tensor = tensor.narrow(dim, start, max(min(n, full - start), 0))
+        part = part.narrow(dim, 0, tensor.shape[dim])
+    if part.shape != tensor.shape:
+        raise ValueError(f"checkpoint tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(part.shape)}")
+    part.copy_(tensor)
+
+
+def _target(name: str) -> tuple[str, str | None]:
+    """Our parameter for a checkpoint tensor, and which part of a fused one it fills."""
     for pattern, replacement in _FUSED:
         match = pattern.match(name)
         if match:
-            which = match.group(2)
-            return pattern.sub(replacement, name), _fused_rows(which, config)
+            return pattern.sub(replacement, name), match.group(2)
     return name, None
 
 
-def _fused_rows(which: str, config: ModelConfig) -> slice:
-    q, kv, inter = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim, config.intermediate_size
+def _parts(param_name: str) -> int:
+    """How many checkpoint tensors fill a parameter."""
+    if ".qkv_proj." in param_name:
+        return 3
+    return 2 if ".gate_up_proj." in param_name else 1
+
+
+def _fused_rows(which: str, config: ModelConfig, tp_size: int) -> slice:
+    """Where one rank's slice of q, k, v, gate or up sits in its fused parameter."""
+    q, kv = config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
+    inter = config.intermediate_size // tp_size
     starts = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv), "gate": (0, inter), "up": (inter, inter)}
     start, size = starts[which]
     return slice(start, start + size)

@@ -60,6 +60,7 @@ class JobConfig:
     kv_cache_memory_gb: float | None = None  # None here and below: the engine's default
     gpu_memory_utilization: float | None = None
     enforce_eager: bool | None = None
+    tensor_parallel_size: int = 1
     # Output and pacing.
     output_format: str = "parquet"
     window_rows: int = 20_000
@@ -113,7 +114,7 @@ class JobConfig:
         _check_choice("task", self.task, TASKS)
         if self.task != "generate" and self.executor != "local":
             raise UsageError(f"task {self.task!r} runs with the local executor only")
-        for name in ("window_rows", "shard_rows", "max_num_seqs", "block_size", "replicas"):
+        for name in ("window_rows", "shard_rows", "max_num_seqs", "block_size", "replicas", "tensor_parallel_size"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.commit_seconds <= 0:

@@ -6,6 +6,7 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
+from bulkinfer import LLM
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.inputs import read_rows, windows
 from bulkinfer.runner.llm_factory import load_llm
@@ -50,9 +51,12 @@ def run_job(config: JobConfig, reporter: Reporter | None = None) -> JobOutcome:
 
 
 def _run_engine(config: JobConfig, job: OpenJob, signals: StopSignals, reporter: Reporter | None) -> None:
-    llm = load_llm(config)
-    if signals.requested:  # loading can take minutes; a Ctrl-C meanwhile should not start the work
-        return
+    with load_llm(config) as llm:
+        if not signals.requested:  # loading can take minutes; a Ctrl-C meanwhile should not start the work
+            _run_loop(config, job, signals, reporter, llm)
+
+
+def _run_loop(config: JobConfig, job: OpenJob, signals: StopSignals, reporter: Reporter | None, llm: LLM) -> None:
     # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
     preparer = make_preparer(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
     rows = read_rows(job.files, job.done, config.window_rows, job.rows, config.task)

@@ -12,7 +12,7 @@ from bulkinfer.runner.errors import UsageError
 # JobConfig fields passed to LLM under the same name; a None leaves the engine's own default.
 ENGINE_OPTIONS = ("dtype", "device", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size",
                   "max_model_len", "enable_prefix_caching", "attention_backend", "kv_cache_memory_gb",
-                  "gpu_memory_utilization", "enforce_eager")
+                  "gpu_memory_utilization", "enforce_eager", "tensor_parallel_size")
 
 
 def load_llm(config: JobConfig) -> LLM:

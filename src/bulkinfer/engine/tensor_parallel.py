@@ -1,0 +1,172 @@
+"""The processes of a tensor-parallel engine: rank 0 is the engine's own, ranks 1..K-1 start here.
+
+Each worker loads its shard of the model, tells rank 0 how many KV blocks fit beside it, then
+runs every step plan rank 0 sends until told to stop. The layers' collectives (torch.distributed:
+gloo on CPUs, NCCL on GPUs) keep the ranks in step within a forward pass. Control messages go
+over pipes rather than collectives, so a worker whose engine has gone away (closed, crashed,
+killed) reads end-of-file and exits instead of waiting forever in a collective.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import weakref
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.step_plan import StepPlan
+from bulkinfer.models.config import ModelConfig
+
+_JOIN_SECONDS = 10
+_DEATH_SECONDS = 1
+
+
+def rank_device(device: torch.device, rank: int) -> torch.device:
+    """Rank r runs on the r-th GPU after the engine's own; CPU ranks share the CPU."""
+    if device.type != "cuda":
+        return device
+    return torch.device("cuda", (device.index or 0) + rank)
+
+
+class Workers:
+    """Rank 0's handle on the other ranks."""
+
+    def __init__(self, processes: list[multiprocessing.Process], conns: list[Connection]):
+        self.processes, self.conns = processes, conns
+        self._finalizer = weakref.finalize(self, _shut_down, processes, conns)
+
+    @classmethod
+    def start(cls, config: EngineConfig, model_config: ModelConfig, path: Path) -> Workers:
+        if dist.is_initialized():
+            raise ValueError("torch.distributed is already initialized in this process; "
+                             "tensor_parallel_size > 1 needs to start its own process group")
+        size = config.tensor_parallel_size
+        if config.device.type == "cuda" and rank_device(config.device, size - 1).index >= torch.cuda.device_count():
+            raise ValueError(f"tensor_parallel_size {size} needs {size} GPUs from {config.device}, "
+                             f"but only {torch.cuda.device_count()} are visible")
+        context = multiprocessing.get_context("spawn")  # CUDA and threads do not survive fork
+        address = f"tcp://127.0.0.1:{_free_port()}"
+        processes, conns = [], []
+        for rank in range(1, size):
+            parent_end, child_end = context.Pipe()
+            process = context.Process(target=_worker_main, name=f"bulkinfer-tp-rank{rank}", daemon=True,
+                                      args=(rank, config, model_config, path, address, child_end))
+            process.start()
+            child_end.close()
+            processes.append(process)
+            conns.append(parent_end)
+        workers = cls(processes, conns)
+        try:
+            join_process_group(config, 0, address)
+        except BaseException:
+            workers.close()
+            raise
+        return workers
+
+    def agree_on_blocks(self, blocks_that_fit: int) -> int:
+        """The KV pool size every rank can hold: the smallest of the ranks' own counts."""
+        counts = [blocks_that_fit]
+        for rank, conn in enumerate(self.conns, start=1):
+            try:
+                kind, value = conn.recv()
+            except EOFError:
+                raise RuntimeError(f"tensor-parallel rank {rank} exited while loading the model") from None
+            if kind == "error":
+                raise ValueError(value)
+            counts.append(value)
+        for conn in self.conns:
+            conn.send(min(counts))
+        return min(counts)
+
+    def send(self, plan: StepPlan) -> None:
+        for conn in self.conns:
+            conn.send(plan)
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        """Name the rank that died when a pipe or a collective fails because of it."""
+        try:
+            yield
+        except (RuntimeError, OSError):
+            for rank, process in enumerate(self.processes, start=1):
+                process.join(_DEATH_SECONDS)  # a reset connection can come before the exit status
+                if process.exitcode is not None:
+                    raise RuntimeError(f"tensor-parallel rank {rank} exited (exit code {process.exitcode}); "
+                                       f"this engine cannot run any more steps") from None
+            raise
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class Leader:
+    """A worker's handle on rank 0."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def agree_on_blocks(self, blocks_that_fit: int) -> int:
+        self.conn.send(("ready", blocks_that_fit))
+        return self.conn.recv()
+
+
+def join_process_group(config: EngineConfig, rank: int, address: str) -> None:
+    size = config.tensor_parallel_size
+    if config.device.type == "cuda":
+        torch.cuda.set_device(rank_device(config.device, rank))
+    else:  # K processes share the cores: more threads than cores would make every rank wait
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // size))
+    dist.init_process_group("nccl" if config.device.type == "cuda" else "gloo", init_method=address,
+                            rank=rank, world_size=size)
+
+
+def _worker_main(rank: int, config: EngineConfig, model_config: ModelConfig, path: Path, address: str,
+                 conn: Connection) -> None:
+    from bulkinfer.engine.model_runner import ModelRunner  # it imports this module
+
+    # Ctrl-C and a scheduler's SIGTERM reach the whole process group; rank 0 alone decides how
+    # to stop (finish the step, commit) and then closes this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    join_process_group(config, rank, address)
+    try:
+        runner = ModelRunner(config, model_config, path, rank, Leader(conn))
+        while (plan := conn.recv()) is not None:
+            runner.forward(plan)
+    except (EOFError, BrokenPipeError, ConnectionResetError):  # rank 0 has gone
+        pass
+    except Exception as exc:  # a load failure: rank 0 reports it as its own
+        conn.send(("error", f"tensor-parallel rank {rank}: {exc}"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _shut_down(processes: list[multiprocessing.Process], conns: list[Connection]) -> None:
+    for conn in conns:
+        try:
+            conn.send(None)
+        except OSError:  # that worker has already exited
+            pass
+        conn.close()
+    for process in processes:
+        process.join(_JOIN_SECONDS)
+        if process.is_alive():  # stuck in a collective whose peer has gone
+            process.kill()
+            process.join()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
