@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bulkinfer.runner.errors import UsageError
+from bulkinfer.runner.rows import TASK_COLUMNS
 from bulkinfer.sampling_params import SamplingParams
 
 INPUT_FORMATS = ("parquet", "jsonl")
 OUTPUT_FORMATS = ("parquet", "jsonl")
 EXECUTORS = ("local", "ray")
 TRUNCATE_SIDES = ("left", "right")
-TASKS = ("generate", "score", "choice")
+TASKS = tuple(TASK_COLUMNS)
 # SamplingParams fields a job sets for every row (and that per-row columns may override).
 SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs")
 
