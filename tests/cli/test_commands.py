@@ -53,6 +53,16 @@ def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> 
     assert list(json.loads((tmp_path / "bench.json").read_text())["systems"]) == ["bulkinfer"]
 
 
+def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path: Path) -> None:
+    code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "6",
+                            "--compare", "continuous", "--output", tmp_path / "bench.json")
+    assert code == 0, err
+    report = json.loads((tmp_path / "bench.json").read_text())
+    continuous = report["systems"]["continuous"]
+    assert "error" not in continuous, continuous
+    assert continuous["generated_tokens"] == report["useful_output_tokens"]  # each its own max_tokens, no EOS stop
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--compare", "bulkinfer,vllm"], "--compare: unknown system vllm"),
     (["--workload", "chat"], "--workload must be one of mixed, prefix, synthetic"),
