@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
+from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close, make_batch  # noqa: E402
 
 from bulkinfer.kernels.paged_attention import (  # noqa: E402
     choose_num_splits,
@@ -25,34 +25,6 @@ CONTEXT_EDGES = [1, 15, 16, 17, 50]
 HEAD_DIMS = [64, 128, 80]
 GQA = [  # (num_heads, num_kv_heads): group sizes 1, 4 and 8
     pytest.param(2, 2, id="mha"), pytest.param(8, 2, id="gqa4"), pytest.param(8, 1, id="gqa8")]
-
-
-def make_batch(rows: list[tuple[int, int]], num_heads: int, num_kv_heads: int, head_dim: int,
-               dtype: torch.dtype, block_size: int = 16, seed: int = 0) -> dict:
-    """Random queries and cache for ``rows`` of (q_len, seq_len), blocks shuffled over the pool."""
-    gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [-(-seq_len // block_size) for _, seq_len in rows]
-    max_blocks = max(blocks_per_seq) + 1  # one spare column: padded tables are the engine's normal case
-    pool = 2 * sum(blocks_per_seq) + 3
-    order = torch.randperm(pool, generator=gen)
-    tables = torch.zeros(len(rows), max_blocks, dtype=torch.int32)
-    used = 0
-    for i, count in enumerate(blocks_per_seq):
-        tables[i, :count] = order[used:used + count]
-        used += count
-    q_lens = torch.tensor([q for q, _ in rows])
-    cache_shape = (pool, block_size, num_kv_heads, head_dim)
-    batch = dict(
-        query=torch.randn(int(q_lens.sum()), num_heads, head_dim, generator=gen),
-        k_cache=torch.randn(cache_shape, generator=gen),
-        v_cache=torch.randn(cache_shape, generator=gen),
-        query_start_loc=torch.cat([torch.zeros(1, dtype=torch.long), q_lens.cumsum(0)]).int(),
-        seq_lens=torch.tensor([s for _, s in rows], dtype=torch.int32),
-        block_tables=tables,
-        scale=head_dim ** -0.5,
-    )
-    return {k: v.to(DEVICE, dtype if v.is_floating_point() else None) if torch.is_tensor(v) else v
-            for k, v in batch.items()}
 
 
 def check(batch: dict, **kwargs) -> None:
