@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bulkinfer import LLM, SamplingParams
-from bulkinfer.engine.sampler import _filtered_probs
+from bulkinfer.engine.sampler import Sampler, _filtered_probs
 from bulkinfer.engine.sequence import Sequence
 from probes import last_logits
 
@@ -70,14 +70,18 @@ def test_sampled_tokens_stay_in_the_support(llm, params, support):
     assert len(sampled) == min(support, len(allowed))  # 200 draws reach every allowed token here
 
 
-def test_sampling_follows_the_distribution(llm):
-    prompt = llm.tokenizer.encode("Hello")
-    [first] = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=1, logprobs=3), use_tqdm=False)
-    top = sorted(first.outputs[0].logprobs[0].items(), key=lambda item: item[1].rank)[0]
-    draws = llm.generate([prompt] * 400, SamplingParams(temperature=1.0, max_tokens=1, seed=7, n=1),
-                         use_tqdm=False)
-    share = sum(d.outputs[0].token_ids[0] == top[0] for d in draws) / 400
-    assert abs(share - math.exp(top[1].logprob)) < 0.08
+@pytest.mark.parametrize("seeded", [False, True])
+def test_draws_follow_the_distribution(seeded):
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.15, 0.05])
+    rows = 4000
+    seqs = []
+    for index in range(rows):
+        generator = torch.Generator().manual_seed(index) if seeded else None
+        seqs.append(Sequence(index, 0, [1], SamplingParams(temperature=1.0), generator))
+    tokens = Sampler(seed=0, device=torch.device("cpu"))(probs.log().expand(rows, -1), seqs).token_ids
+    shares = torch.bincount(torch.tensor(tokens), minlength=5) / rows
+    assert shares[1] == 0
+    torch.testing.assert_close(shares, probs, atol=0.025, rtol=0)  # about 4 standard deviations
 
 
 def test_stop_strings_cut_the_text(llm):

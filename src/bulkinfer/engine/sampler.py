@@ -1,8 +1,10 @@
 """Batched sampling: penalties, temperature, top-k/top-p/min-p, then one draw per row.
 
-A draw is ``argmax(probs / noise)`` with exponential noise (the Gumbel-max trick in another form),
-so each row needs only its own noise: a seeded request draws its noise from its own generator,
-and its tokens do not depend on what else is in the batch.
+A draw inverts each row's cumulative distribution at one uniform number. The number comes from
+the request's own generator when it is seeded, so its tokens do not depend on what else is in
+the batch; the rest of the work (one cumulative sum, one search) is batched. One number per row
+rather than one per vocabulary entry (as Gumbel-style noise needs) matters on a CPU: drawing
+32,000 exponentials took about a fifth of a 50M-parameter model's decode time.
 """
 
 from __future__ import annotations
@@ -30,24 +32,37 @@ class Sampler:
         params = [seq.params for seq in seqs]
         raw_logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
         logits = apply_penalties(logits, seqs)
-        greedy = logits.argmax(-1)
-        if all(p.greedy for p in params):
-            return SamplerOutput(greedy.tolist(), raw_logprobs)
+        greedy = [p.greedy for p in params]
+        if all(greedy):
+            return SamplerOutput(logits.argmax(-1).tolist(), raw_logprobs)
         probs = _filtered_probs(logits, seqs)
-        sampled = (probs / self._noise(probs, seqs)).argmax(-1)
-        is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)
-        return SamplerOutput(torch.where(is_greedy, greedy, sampled).tolist(), raw_logprobs)
+        tokens = _invert_cdf(probs, self._uniforms(seqs, probs.device))
+        if any(greedy):
+            tokens = torch.where(torch.tensor(greedy, device=logits.device), logits.argmax(-1), tokens)
+        return SamplerOutput(tokens.tolist(), raw_logprobs)
 
-    def _noise(self, probs: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        # Each row's noise is drawn once: from its own generator if seeded, else from the engine's.
-        noise = torch.empty_like(probs)
+    def _uniforms(self, seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+        """One number in [0, 1) per row: from its own generator if seeded, else from the engine's."""
+        uniforms = torch.empty(len(seqs), dtype=torch.float64, device=device)
         unseeded = [row for row, seq in enumerate(seqs) if seq.generator is None]
         if unseeded:
-            noise[unseeded] = torch.empty_like(probs[unseeded]).exponential_(generator=self.generator)
+            uniforms[unseeded] = torch.rand(len(unseeded), dtype=torch.float64, device=device,
+                                            generator=self.generator)
         for row, seq in enumerate(seqs):
             if seq.generator is not None:
-                noise[row].exponential_(generator=seq.generator)
-        return noise
+                uniforms[row] = torch.rand(1, dtype=torch.float64, device=device, generator=seq.generator)[0]
+        return uniforms
+
+
+def _invert_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """[batch, vocab] probabilities (rows need not sum to 1), [batch] uniforms -> [batch] tokens."""
+    cdf = probs.double().cumsum(-1)  # float64: the tail of a 100k-token vocabulary stays resolved
+    targets = uniforms[:, None] * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, targets, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+    # The first token whose cumulative mass passes the target has mass of its own, unless rounding
+    # put the target on the total; then the likeliest token stands in (odds about 1e-16).
+    empty = probs.gather(1, tokens[:, None]).squeeze(1) == 0
+    return torch.where(empty, probs.argmax(-1), tokens) if empty.any() else tokens
 
 
 def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
