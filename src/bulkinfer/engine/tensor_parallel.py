@@ -42,7 +42,7 @@ class Workers:
 
     def __init__(self, processes: list[multiprocessing.Process], conns: list[Connection]):
         self.processes, self.conns = processes, conns
-        self._finalizer = weakref.finalize(self, _shut_down, processes, conns)
+        self._finalizer = weakref.finalize(self, _shut_down, processes, conns, torch.get_num_threads())
 
     @classmethod
     def start(cls, config: EngineConfig, model_config: ModelConfig, path: Path) -> Workers:
@@ -150,7 +150,7 @@ def _worker_main(rank: int, config: EngineConfig, model_config: ModelConfig, pat
         dist.destroy_process_group()
 
 
-def _shut_down(processes: list[multiprocessing.Process], conns: list[Connection]) -> None:
+def _shut_down(processes: list[multiprocessing.Process], conns: list[Connection], threads: int) -> None:
     for conn in conns:
         try:
             conn.send(None)
@@ -164,6 +164,7 @@ def _shut_down(processes: list[multiprocessing.Process], conns: list[Connection]
             process.join()
     if dist.is_initialized():
         dist.destroy_process_group()
+    torch.set_num_threads(threads)  # join_process_group shared the cores out between the ranks
 
 
 def _free_port() -> int:
