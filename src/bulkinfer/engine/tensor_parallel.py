@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Iterator
@@ -144,8 +144,9 @@ def _worker_main(rank: int, config: EngineConfig, model_config: ModelConfig, pat
             runner.forward(plan)
     except (EOFError, BrokenPipeError, ConnectionResetError):  # rank 0 has gone
         pass
-    except Exception as exc:  # a load failure: rank 0 reports it as its own
-        conn.send(("error", f"tensor-parallel rank {rank}: {exc}"))
+    except Exception as exc:  # rank 0 reports a load failure as its own; after one, a step fails there too
+        with suppress(OSError):  # rank 0 may be gone as well
+            conn.send(("error", f"tensor-parallel rank {rank}: {exc}"))
     finally:
         dist.destroy_process_group()
 
