@@ -14,10 +14,6 @@ import torch
 import torch.distributed as dist
 
 
-class ShardingError(ValueError):
-    pass
-
-
 @dataclass(frozen=True)
 class TensorParallel:
     rank: int = 0
@@ -26,8 +22,7 @@ class TensorParallel:
     def split(self, total: int, what: str) -> int:
         """This rank's share of `total` items that must split evenly."""
         if total % self.size:
-            raise ShardingError(f"the model's {what} ({total}) do not divide by "
-                                f"tensor_parallel_size ({self.size})")
+            raise ValueError(f"the model's {what} ({total}) do not divide by tensor_parallel_size ({self.size})")
         return total // self.size
 
     def padded_split(self, total: int) -> int:
