@@ -13,7 +13,7 @@ from kernel_testing import make_batch
 
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.kernels.paged_attention import decode_ref
-from bulkinfer.kernels.paged_attention_cpu import MIN_KEYS, _compiled
+from bulkinfer.kernels.paged_attention_cpu import MIN_KEYS, _compiled, attend_compiled
 
 # Lengths around block edges (block size 16), one sequence per length; the group is padded to 300.
 LENGTHS = [1, 15, 16, 17, 50, 123, 299, 300]
@@ -25,7 +25,7 @@ def test_compiled_decode_equals_the_reference(num_heads, num_kv_heads):
     args = (batch["query"], batch["k_cache"], batch["v_cache"], batch["block_tables"], batch["seq_lens"],
             max(LENGTHS), batch["scale"])
     with torch.inference_mode():
-        torch.testing.assert_close(_compiled()(*args), decode_ref(*args), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(attend_compiled(*args), decode_ref(*args), atol=1e-5, rtol=1e-5)
 
 
 PROMPTS = [[5 + i, 6, 7] * (60 + 3 * i) for i in range(24)]  # 24 decode rows of ~200 keys: compiled
