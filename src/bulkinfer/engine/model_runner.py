@@ -13,6 +13,7 @@ from typing import Protocol
 import torch
 
 from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.cpu_memory import keep_freed_memory
 from bulkinfer.engine.decode_graphs import DecodeGraphs
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
@@ -57,6 +58,8 @@ class ModelRunner:
 
     def _load(self, model_config: ModelConfig, path: Path, peers: Peers | None) -> None:
         config = self.config
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.ops = resolve_ops(config.attention_backend, self.device)
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
         kv_heads = model_config.num_kv_heads // self.tp.size
