@@ -49,8 +49,10 @@ def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> 
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "3",
                             "--compare", "bulkinfer", "--output", tmp_path / "bench.json")
     assert code == 0, err
-    assert "bulkinfer" in out and "useful tok/s" in out
-    assert list(json.loads((tmp_path / "bench.json").read_text())["systems"]) == ["bulkinfer"]
+    assert "bulkinfer" in out and "useful tok/s" in out and "the bandwidth floor of" in out
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert list(report["systems"]) == ["bulkinfer"]
+    assert report["decode_step"]["vs_floor"] > 0 and report["decode_step"]["copy_gb_s"] > 0
 
 
 def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path: Path) -> None:

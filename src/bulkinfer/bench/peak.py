@@ -10,14 +10,34 @@ import torch
 def matmul_tflops(dtype: torch.dtype, device: torch.device, size: int = 2048, seconds: float = 2.0) -> float:
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
-    a @ b  # warm-up
+    return 2 * size ** 3 * _calls_per_s(lambda: a @ b, device, seconds) / 1e12
+
+
+def copy_bytes_per_s(device: torch.device, size: int = 256 << 20, seconds: float = 1.0) -> float:
+    """Bytes read plus bytes written per second by a copy far bigger than any cache (STREAM's
+    convention): the rate that bounds a step which must read all of its weights and KV cache."""
+    source = torch.ones(size, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    return 2 * size * _calls_per_s(lambda: target.copy_(source), device, seconds)
+
+
+def _calls_per_s(call, device: torch.device, seconds: float) -> float:
+    call()  # warm-up
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        a @ b
+        call()
         count += 1
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    return 2 * size ** 3 * count / (time.perf_counter() - start) / 1e12
+    return count / (time.perf_counter() - start)
+
+
+def matmul_params(config) -> int:
+    """Weights a forward pass multiplies by: every layer's projections and the LM head."""
+    attn = config.hidden_size * (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
+    attn += config.num_heads * config.head_dim * config.hidden_size
+    mlp = 3 * config.hidden_size * config.intermediate_size
+    return config.num_layers * (attn + mlp) + config.hidden_size * config.vocab_size
 
 
 def model_flops(num_params: int, num_layers: int, attn_width: int, requests, computed_prompt: int | None) -> float:

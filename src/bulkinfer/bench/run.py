@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from bulkinfer.bench import systems
-from bulkinfer.bench.peak import matmul_tflops, model_flops
+from bulkinfer.bench.decode_floor import DecodeProbe
+from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
 from bulkinfer.bench.workloads import make_workload, prompt_tokens, useful_tokens
 from bulkinfer.engine.config import resolve_device, resolve_dtype
@@ -60,13 +61,21 @@ def run_benchmark(model: str, workload: str, num_requests: int, dtype: str = "au
     peak = matmul_tflops(torch_dtype, torch_device)
     report = _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
     report["systems"].update({system: {"error": error} for system, error in failures.items()})
+    if probe := next((t.decode for t in timings if t.decode is not None), None):
+        report["decode_step"] = _decode_report(probe, copy_bytes_per_s(torch_device))
     return report
+
+
+def _decode_report(probe: DecodeProbe | str, bandwidth: float) -> dict:
+    if isinstance(probe, str):
+        return {"error": probe}
+    return {**probe.report(bandwidth), "copy_gb_s": round(bandwidth / 1e9, 1)}
 
 
 def _report(path, model_config, workload, requests, dtype, device, timings, peak) -> dict:
     useful = useful_tokens(requests)
     layers = model_config.num_layers
-    params = _matmul_params(model_config)
+    params = matmul_params(model_config)
     rows = {}
     for timing in timings:
         flops = model_flops(params, layers, model_config.num_heads * model_config.head_dim, requests,
@@ -90,13 +99,6 @@ def _report(path, model_config, workload, requests, dtype, device, timings, peak
     }
 
 
-def _matmul_params(config) -> int:
-    attn = config.hidden_size * (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
-    attn += config.num_heads * config.head_dim * config.hidden_size
-    mlp = 3 * config.hidden_size * config.intermediate_size
-    return config.num_layers * (attn + mlp) + config.hidden_size * config.vocab_size
-
-
 def _machine(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -114,6 +116,11 @@ def format_report(report: dict) -> str:
         speedup = f"  (bulkinfer {row['bulkinfer_speedup']}x)" if "bulkinfer_speedup" in row else ""
         lines.append(f"  {name:<11} {row['seconds']:>8.2f} s  {row['useful_output_tok_s']:>9.1f} useful tok/s  "
                      f"MFU {row['mfu']:.1%}{speedup}")
+    if decode := report.get("decode_step"):
+        lines.append(f"  decode step failed: {decode['error']}" if "error" in decode else
+                     f"  decode step  {decode['batch']} sequences of {decode['prompt_tokens']}+ tokens: "
+                     f"{decode['step_ms']:.2f} ms, {decode['vs_floor']}x the bandwidth floor of "
+                     f"{decode['floor_ms']:.2f} ms (weights and KV cache at {decode['copy_gb_s']} GB/s)")
     return "\n".join(lines)
 
 

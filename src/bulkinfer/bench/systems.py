@@ -1,6 +1,6 @@
 """The systems under comparison, each timed on the same requests, model and device.
 
-- bulkinfer: the whole workload through LLM.generate.
+- bulkinfer: the whole workload through LLM.generate, then its decode probe (decode_floor.py).
 - static: transformers' generate on padded batches of 16 in input order, as written by hand.
 - continuous: transformers' own continuous batching manager, each request with its own max_tokens.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from bulkinfer.bench.decode_floor import DecodeProbe, probe_decode
 from bulkinfer.bench.workloads import BenchRequest
 
 STATIC_BATCH = 16
@@ -27,6 +28,7 @@ class Timing:
     seconds: float
     generated_tokens: int  # what the system produced, padding and over-generation included
     computed_prompt_tokens: int | None = None  # bulkinfer only: prompt tokens not served by the cache
+    decode: DecodeProbe | str | None = None  # bulkinfer only: its decode probe, or why the probe failed
 
 
 def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, **engine_args) -> Timing:
@@ -40,8 +42,13 @@ def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, 
     start = time.perf_counter()
     llm.generate([r.prompt for r in requests], params, use_tqdm=False)
     seconds = time.perf_counter() - start
-    return Timing("bulkinfer", seconds, llm.stats.generation_tokens - stats_before[1],
-                  llm.stats.prompt_tokens - stats_before[0])
+    timing = Timing("bulkinfer", seconds, llm.stats.generation_tokens - stats_before[1],
+                    llm.stats.prompt_tokens - stats_before[0])
+    try:
+        timing.decode = probe_decode(llm)
+    except (RuntimeError, ValueError) as exc:  # reported beside the throughput, which still counts
+        timing.decode = str(exc)
+    return timing
 
 
 def _warm_up(llm, tokens: list[int]) -> None:
