@@ -3,9 +3,9 @@
 A decode step reads every weight once and every cached key and value of its batch once, so no
 engine can run it faster than those bytes over the device's copy bandwidth. The probe fills the
 engine with one batch of same-length prompts, steps until every prefill is done, then times steps
-in which each sequence decodes one token. On a GPU a good engine comes within 1.5x of the floor at
-a large batch; on a CPU the matmuls' arithmetic, not memory, bounds the step, and the ratio shows
-by how much.
+in which each sequence decodes one token. On a GPU the aim is to come within 1.5x of the floor at a
+large batch; on a CPU the matmuls' arithmetic, not memory, bounds the step, and the ratio shows by
+how much.
 """
 
 from __future__ import annotations
