@@ -5,10 +5,12 @@ than oneDNN for prefill-sized batches and 2.5x slower for decode-sized ones (a f
 dozen rows). Results agree to float rounding; on GPUs and where oneDNN is missing, plain
 F.linear runs.
 
-oneDNN compiles and keeps a kernel for every input shape it meets (about 1 MB each, in two caches
-of 1,024 entries). A prefill step's token count rarely repeats, so sending every step there grew
-a job by about 1 MB per step until the caches were full (1-2 GB): only decode-sized inputs go to
-oneDNN, their row count rounded up to a few sizes, and larger ones take F.linear.
+oneDNN compiles and keeps a kernel for every input shape it meets (about 0.6 MB each, in two
+caches of 1,024 entries). A prefill step's token count rarely repeats, so a job grew by about 1 MB
+per step until the caches were full (1-2 GB). Row counts above 8 are therefore padded up to one of
+8 sizes per power of two (at most 12.5% padding): a step budget of 2,048 tokens meets at most 72
+shapes per weight. Sending only small inputs to oneDNN instead cost 20% of the throughput of
+benchmark (a), whose decode steps run 100-250 rows.
 
 A parameter's ``tp_dim`` tells the loader along which dimension of the checkpoint tensor it
 holds this rank's slice (None: the whole tensor).
@@ -23,25 +25,24 @@ from torch import nn
 from bulkinfer.layers.parallel import TensorParallel
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-ONEDNN_MAX_ROWS = 64  # decode-sized inputs, where oneDNN gains most
-_ROW_STEP = 8  # above this, rows are padded to a multiple of it: at most 15 shapes per weight
 
 
 class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (_ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2
-                and x.shape[0] <= ONEDNN_MAX_ROWS):
+        if _ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2:
             return _onednn_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 
-def _onednn_rows(rows: int) -> int:
-    return rows if rows <= _ROW_STEP else -(-rows // _ROW_STEP) * _ROW_STEP
+def onednn_rows(rows: int) -> int:
+    """``rows`` rounded up to one of 8 sizes per power of two (exact up to 8)."""
+    step = 1 << max(0, rows.bit_length() - 4)
+    return -(-rows // step) * step
 
 
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     rows = x.shape[0]
-    padded = _onednn_rows(rows)
+    padded = onednn_rows(rows)
     if padded != rows:
         x = F.pad(x, (0, 0, 0, padded - rows))
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")[:rows]
