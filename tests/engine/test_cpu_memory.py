@@ -9,12 +9,12 @@ import pytest
 
 _FAULTS = """
 import resource, sys, torch
-from bulkinfer.engine.cpu_memory import keep_freed_memory
+from bulkinfer.engine.cpu_memory import _M_MMAP_THRESHOLD, keep_freed_memory
 if sys.argv[1] == "tuned":
     assert keep_freed_memory()
-else:  # glibc's starting point, which its own heuristics move over a process's life: pin it
+else:  # glibc's starting 128 KiB threshold, which its heuristics move over a process's life: pinned
     import ctypes
-    assert ctypes.CDLL(None).mallopt(-3, 128 << 10) == 1  # M_MMAP_THRESHOLD: 128 KiB
+    assert ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 128 << 10) == 1
 def step():  # a forward pass's activations: several 16 MiB blocks alive at once, then all freed
     return [torch.empty(4 << 20).fill_(1.0) for _ in range(4)]
 step()  # the first step's pages come from the kernel either way

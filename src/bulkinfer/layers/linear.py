@@ -9,8 +9,8 @@ oneDNN compiles and keeps a kernel for every input shape it meets (about 0.6 MB 
 caches of 1,024 entries). A prefill step's token count rarely repeats, so a job grew by about 1 MB
 per step until the caches were full (1-2 GB). Row counts above 8 are therefore padded up to one of
 8 sizes per power of two (at most 12.5% padding): a step budget of 2,048 tokens meets at most 72
-shapes per weight. Sending only small inputs to oneDNN instead cost 20% of the throughput of
-benchmark (a), whose decode steps run 100-250 rows.
+shapes per weight. Sending only small inputs to oneDNN instead cost about 20% of the throughput
+of benchmark (a) in one run: its decode steps run 100-250 rows.
 
 A parameter's ``tp_dim`` tells the loader along which dimension of the checkpoint tensor it
 holds this rank's slice (None: the whole tensor).
