@@ -1,8 +1,26 @@
-"""bulkinfer: offline bulk batch inference for large language models."""
+"""bulkinfer: offline bulk batch inference for large language models.
 
-from bulkinfer.engine.llm import LLM
+The engine (and with it torch) is imported on first use of `LLM`, so that commands which only read
+files (`bulkinfer --help`, `status`, `export`) start at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from bulkinfer.outputs import CompletionOutput, Logprob, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 
+if TYPE_CHECKING:
+    from bulkinfer.engine.llm import LLM
+
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LLM":
+        from bulkinfer.engine.llm import LLM
+
+        return LLM
+    raise AttributeError(f"module 'bulkinfer' has no attribute {name!r}")

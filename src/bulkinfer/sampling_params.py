@@ -1,28 +1,37 @@
-"""Sampling settings for one request, with vLLM's names so that users can switch."""
+"""Sampling settings for one request, with vLLM's names so that users can switch; declared once here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from bulkinfer.settings import setting
 
 
 @dataclass
 class SamplingParams:
-    n: int = 1
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    seed: int | None = None
-    stop: list[str] | str | None = None
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
-    skip_special_tokens: bool = True
+    """Each field is also a job setting (flag and job-file key), a per-row param column, an lm-eval
+    model_arg and an OpenAI batch body field, all derived from the declarations below."""
+
+    n: int = setting(1, "Samples per prompt; above 1 a job's generation columns hold lists.")
+    max_tokens: int = setting(16, "Most tokens to generate per sample.", job_default=256)
+    temperature: float = setting(1.0, "Sampling temperature; 0 is greedy.")
+    top_p: float = setting(1.0, "Nucleus sampling: keep the likeliest tokens up to this total probability.")
+    top_k: int = setting(-1, "Sample from the k likeliest tokens; -1 is off.")
+    min_p: float = setting(0.0, "Drop tokens less likely than min_p times the likeliest one.")
+    repetition_penalty: float = setting(1.0, "Divide the logits of tokens already in the prompt or output "
+                                             "by this (multiply negative ones); 1 is off.")
+    presence_penalty: float = setting(0.0, "Subtract this from the logits of tokens already generated.")
+    frequency_penalty: float = setting(0.0, "Subtract this times its count from each generated token's logit.")
+    seed: int | None = setting(None, "Seed; a job gives row i the seed + i, so its results do not depend "
+                                     "on batching (default: unseeded).")
+    stop: list[str] | str | None = setting(None, "Stop string; repeatable.")
+    stop_token_ids: list[int] = setting(help="Token id that ends a generation; repeatable.", factory=list)
+    ignore_eos: bool = setting(False, "Keep generating past the end-of-sequence token.")
+    logprobs: int | None = setting(None, "Record each generated token's logprob and this many alternatives "
+                                         "(default: off).")
+    prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
+                                                "alternatives (default: off).")
+    skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

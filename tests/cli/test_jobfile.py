@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.cli.jobfile import known_keys, merge_settings, read_job_file
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from cli_helpers import DEMO_MODEL, REPO, invoke, one_line_error
 
 DATA = REPO / "examples" / "data" / "eval-suite.jsonl"

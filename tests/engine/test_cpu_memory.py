@@ -17,7 +17,8 @@ else:  # glibc's starting 128 KiB threshold, which its heuristics move over a pr
     assert ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 128 << 10) == 1
 def step():  # a forward pass's activations: several 16 MiB blocks alive at once, then all freed
     return [torch.empty(4 << 20).fill_(1.0) for _ in range(4)]
-step()  # the first step's pages come from the kernel either way
+for _ in range(3):  # the first steps' pages come from the kernel either way, until the heap has settled
+    step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
     step()

@@ -52,8 +52,8 @@ def test_chat_templates_render_as_in_hf(both):
 
 
 def test_unknown_model_args_are_a_clear_error(tiny_llama):
-    with pytest.raises(ModelArgsError, match="unknown model_args for bulkinfer: temperature"):
-        get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},temperature=0")
+    with pytest.raises(ModelArgsError, match="unknown model_args for bulkinfer: num_beams"):
+        get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},num_beams=4")
     with pytest.raises(ModelArgsError, match="dtype"):  # the engine's own refusal, kept one line
         get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},dtype=float8")
 
@@ -63,8 +63,8 @@ def test_harness_args_are_accepted(tiny_llama):
         f"pretrained={tiny_llama},device=cpu,max_num_seqs=4,max_length=48,prefix_token_id=2,max_gen_toks=5",
         {"batch_size": 16, "max_batch_size": 64})
     assert lm.max_length == lm.llm.max_model_len == 48
-    assert lm.llm.config.max_num_seqs == 4
-    assert lm.prefix_token_id == 2 and lm.max_gen_toks == 5
+    assert lm.llm.config.options.max_num_seqs == 4
+    assert lm.prefix_token_id == 2 and lm.generation_defaults["max_tokens"] == 5
 
 
 def test_generate_until_honours_stops_and_lengths(both):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.jobdir import JobDir
 from bulkinfer.runner.ledger import Ledger, make_commit

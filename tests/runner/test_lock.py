@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.lock import Holder, JobLock, current_holder, read_holder
 
 HOLD = """

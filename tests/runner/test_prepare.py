@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.prepare import Preparer
 from bulkinfer.runner.rows import SourceRow
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.start import open_job

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.sources import resolve_sources
 from runner_files import write_jsonl, write_parquet
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.ledger import make_commit
 from bulkinfer.runner.start import open_job
 from bulkinfer.runner.status import job_status

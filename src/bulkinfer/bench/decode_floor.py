@@ -69,12 +69,12 @@ def _sizes(llm) -> tuple[int, int, int, int]:
     """The probe's batch, prompt length, timed steps and max_tokens, cut to what the engine holds."""
     config = llm.config
     batch, prompt_len, steps = PROBE_SIZES[config.device.type]
-    batch = min(batch, config.max_num_seqs, config.max_num_batched_tokens // 2)
+    batch = min(batch, config.options.max_num_seqs, config.max_num_batched_tokens // 2)
     prompt_len = min(prompt_len, llm.max_model_len // 2)
     # Decoding rows take their share of each step's token budget while the other prompts prefill.
     prefill_steps = -(-batch * prompt_len // (config.max_num_batched_tokens - batch)) + 1
     max_tokens = min(prefill_steps + steps + 2, llm.max_model_len - prompt_len)
-    blocks_per_seq = -(-(prompt_len + max_tokens) // config.block_size)
+    blocks_per_seq = -(-(prompt_len + max_tokens) // config.options.block_size)
     batch = min(batch, llm.stats.kv_blocks_total // blocks_per_seq)
     if batch < 1 or max_tokens <= steps:
         raise ValueError("the engine is too small for the decode probe")

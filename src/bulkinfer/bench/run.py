@@ -15,7 +15,7 @@ from bulkinfer.bench.decode_floor import DecodeProbe
 from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
 from bulkinfer.bench.workloads import make_workload, prompt_tokens, useful_tokens
-from bulkinfer.engine.config import resolve_device, resolve_dtype
+from bulkinfer.engine.resolve import resolve_device, resolve_dtype
 from bulkinfer.models.loader import read_config, resolve_model_path
 
 SYSTEMS = ("bulkinfer", "static", "continuous")

@@ -15,11 +15,9 @@ import torch
 
 from bulkinfer.bench.decode_floor import DecodeProbe, probe_decode
 from bulkinfer.bench.workloads import BenchRequest
+from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
 
 STATIC_BATCH = 16
-# bulkinfer's defaults (LLM: max_num_seqs, max_num_batched_tokens), given to transformers' continuous batching too
-MAX_SEQS = 256
-CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 2048, 8192
 
 
 @dataclass
@@ -133,8 +131,9 @@ def _continuous_config(requests: list[BenchRequest], device: torch.device):
 
     page_size = ContinuousBatchingConfig.page_size
     num_blocks = sum(r.n * -(-(len(r.prompt) + r.max_tokens) // page_size) for r in requests)
-    return ContinuousBatchingConfig(max_batch_tokens=CPU_BATCH_TOKENS if device.type == "cpu" else GPU_BATCH_TOKENS,
-                                    max_requests_per_batch=MAX_SEQS, num_blocks=num_blocks)
+    # bulkinfer's own defaults, so both systems run steps of the same size
+    return ContinuousBatchingConfig(max_batch_tokens=BATCHED_TOKENS[device.type],
+                                    max_requests_per_batch=EngineConfig().max_num_seqs, num_blocks=num_blocks)
 
 
 def _collect(manager, expected: int) -> int:

@@ -11,7 +11,7 @@ from bulkinfer.cli.export import export_command, status_command
 from bulkinfer.cli.inspect_input import inspect_command
 from bulkinfer.cli.lm_eval import LM_EVAL_SETTINGS, lm_eval_command
 from bulkinfer.cli.run import run_command
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 # Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
 CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")

@@ -9,7 +9,7 @@ import typer
 
 from bulkinfer.bench.run import SYSTEMS, format_report, run_benchmark, save_report
 from bulkinfer.bench.workloads import WORKLOADS
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 
 def bench_command(

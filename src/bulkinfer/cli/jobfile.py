@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib

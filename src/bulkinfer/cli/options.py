@@ -15,7 +15,7 @@ from typing import Any, Optional
 import typer
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 HELP = {
     "model": "Model: a local Hugging Face checkpoint directory, or a hub id.",

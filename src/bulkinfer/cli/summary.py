@@ -11,7 +11,7 @@ from rich.table import Table
 
 from bulkinfer.cli.metrics import metrics_of
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.durable import write_atomic
+from bulkinfer.durable import write_atomic
 from bulkinfer.runner.job import JobOutcome
 from bulkinfer.runner.parts import Part
 from bulkinfer.runner.report import Snapshot

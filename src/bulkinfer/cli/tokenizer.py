@@ -6,7 +6,7 @@ from typing import Any
 
 from bulkinfer.engine.tokenizer import load_tokenizer
 from bulkinfer.models.loader import resolve_model_path
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 
 def model_tokenizer(model: str) -> Any:

@@ -1,73 +1,60 @@
-"""Engine settings, resolved once from the user's arguments and the model's config."""
+"""Engine options, declared once: `LLM(model, **options)` takes these fields, and job files, flags,
+lm-eval model_args and bench take them from here (see bulkinfer.settings).
+
+Only what can be checked without the model or the machine is checked here; engine/resolve.py makes
+the options concrete (device, dtype, lengths) for one model on this machine.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-import torch
+from bulkinfer.settings import check_choices, setting
 
-from bulkinfer.models.config import ModelConfig
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-           "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+# A step's token budget when max_num_batched_tokens is not given: GPUs want wide steps, the CPU short ones.
+BATCHED_TOKENS = {"cuda": 8192, "cpu": 2048}
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    device: torch.device
-    dtype: torch.dtype
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    num_kv_blocks: int | None  # None: sized from memory by the model runner
-    kv_cache_memory_gb: float  # the CPU pool's byte budget
-    gpu_memory_utilization: float  # the fraction of GPU memory the model and the pool may use
-    enable_prefix_caching: bool
-    enforce_eager: bool  # no CUDA graphs for decode steps
-    attention_backend: str
-    seed: int
-    tensor_parallel_size: int = 1  # processes the model is split across, one per GPU
+    dtype: str = setting("auto", "Weights and activations: auto (float32 on the CPU, the checkpoint's half "
+                                 "type on a GPU), float32, float16 or bfloat16.", choices=DTYPES)
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N.")
+    max_model_len: int | None = setting(None, "Longest prompt + output in tokens (default: the model's).")
+    max_num_seqs: int = setting(256, "Most sequences in the engine's running batch.")
+    max_num_batched_tokens: int | None = setting(
+        None, f"Most tokens per engine step (default: {BATCHED_TOKENS['cuda']} on a GPU, "
+              f"{BATCHED_TOKENS['cpu']} on the CPU).")
+    num_kv_blocks: int | None = setting(None, "KV-cache blocks (default: sized from memory).")
+    block_size: int = setting(16, "Tokens per KV-cache block.")
+    enable_prefix_caching: bool = setting(True, "Reuse the KV cache of shared prompt prefixes.",
+                                          flag="prefix-caching")
+    attention_backend: str = setting("auto", "auto (Triton on a GPU, the CPU path on the CPU), triton or torch "
+                                             "(the PyTorch references).", choices=ATTENTION_BACKENDS)
+    kv_cache_memory_gb: float = setting(4.0, "KV-cache size on the CPU, in GB.")
+    gpu_memory_utilization: float = setting(0.9, "Share of GPU memory the model and KV cache may use.")
+    enforce_eager: bool = setting(False, "Run decode steps without CUDA graphs.")
+    tensor_parallel_size: int = setting(1, "Split the model's heads and MLP columns across this many "
+                                           "processes (one GPU each).")
+    seed: int = setting(0, "Seed of the sampler's stream for requests without a seed of their own.",
+                        name="engine_seed")
 
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for, but no CUDA GPU is available")
-    if resolved.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
-    return resolved
-
-
-def resolve_dtype(dtype: str | torch.dtype, model: ModelConfig, device: torch.device) -> torch.dtype:
-    """"auto": float32 on the CPU; on a GPU the checkpoint's half type, bfloat16 for fp32 ones."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        if device.type == "cpu":
-            return torch.float32
-        return model.torch_dtype if model.torch_dtype != torch.float32 else torch.bfloat16
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be 'auto' or one of {', '.join(_DTYPES)}, got {dtype!r}")
-    return _DTYPES[dtype]
-
-
-def resolve_max_model_len(requested: int | None, model: ModelConfig) -> int:
-    # A sliding window we do not implement would change results past it, so lengths stop there.
-    limit = min(model.max_position_embeddings, model.sliding_window or model.max_position_embeddings)
-    if requested is None:
-        return limit
-    if not 1 <= requested <= limit:
-        raise ValueError(f"max_model_len must be between 1 and {limit} for this model, got {requested}")
-    return requested
-
-
-def check_positive(**values: int | None) -> None:
-    for name, value in values.items():
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, str):  # a torch.dtype, as the Python API also takes
+            object.__setattr__(self, "dtype", str(self.dtype).removeprefix("torch."))
+        check_choices(self)
+        if not _DEVICE.fullmatch(str(self.device)):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size",
+                     "tensor_parallel_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.kv_cache_memory_gb <= 0:
+            raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import itertools
-from typing import Hashable, Sequence as SequenceOf
+from typing import Any, Hashable, Sequence as SequenceOf
 
 import torch
 from tqdm.auto import tqdm
 
 from bulkinfer.engine.block_manager import BlockManager
-from bulkinfer.engine.config import (EngineConfig, check_positive, resolve_device, resolve_dtype,
-                                     resolve_max_model_len)
+from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.logprobs import position_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker
+from bulkinfer.engine.resolve import resolve
 from bulkinfer.engine import scoring
 from bulkinfer.engine.sampler import Sampler
 from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
@@ -25,44 +25,26 @@ from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
 from bulkinfer.models.loader import read_config, resolve_model_path
 from bulkinfer.outputs import RequestOutput
 from bulkinfer.sampling_params import SamplingParams
+from bulkinfer.settings import construct
 
 Prompt = str | list[int]
 
 
 class LLM:
-    def __init__(self, model: str, dtype: str | torch.dtype = "auto", device: str = "auto",
-                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
-                 num_kv_blocks: int | None = None, block_size: int = 16, max_model_len: int | None = None,
-                 enable_prefix_caching: bool = True, attention_backend: str = "auto", seed: int = 0,
-                 tensor_parallel_size: int = 1, kv_cache_memory_gb: float = 4.0,
-                 gpu_memory_utilization: float = 0.9, enforce_eager: bool = False):
-        check_positive(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                       num_kv_blocks=num_kv_blocks, block_size=block_size, tensor_parallel_size=tensor_parallel_size)
+    """The engine. ``options`` are EngineConfig's fields (dtype, device, max_num_seqs, ...)."""
+
+    def __init__(self, model: str, **options: Any):
+        engine_options = construct(EngineConfig, options, "LLM option")
         path = resolve_model_path(str(model))
         model_config, hf_config = read_config(path)
-        resolved_device = resolve_device(device)
-        self.config = EngineConfig(
-            device=resolved_device,
-            dtype=resolve_dtype(dtype, model_config, resolved_device),
-            max_model_len=resolve_max_model_len(max_model_len, model_config),
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens or (8192 if resolved_device.type == "cuda" else 2048),
-            block_size=block_size,
-            num_kv_blocks=num_kv_blocks,
-            kv_cache_memory_gb=kv_cache_memory_gb,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_prefix_caching=enable_prefix_caching,
-            enforce_eager=enforce_eager,
-            attention_backend=attention_backend,
-            seed=seed,
-            tensor_parallel_size=tensor_parallel_size,
-        )
+        self.config = resolve(engine_options, model_config)
         self.model_config = model_config
         self.tokenizer = load_tokenizer(path)
         self.runner = ModelRunner(self.config, model_config, path)
-        self.block_manager = BlockManager(self.runner.num_blocks, block_size, enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs, self.config.max_num_batched_tokens)
-        self.sampler = Sampler(seed, resolved_device)
+        self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
+                                          engine_options.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens)
+        self.sampler = Sampler(engine_options.seed, self.config.device)
         self.detokenizer = Detokenizer(self.tokenizer)
         self.stop_checker = StopChecker(eos_token_ids(path, hf_config, self.tokenizer), self.detokenizer)
         self.requests: dict[Hashable, Request] = {}

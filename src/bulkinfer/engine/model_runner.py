@@ -6,19 +6,23 @@ also starts the other ranks and sends each of them the plan of every step it run
 
 from __future__ import annotations
 
+import signal
+from contextlib import suppress
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 
-from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.resolve import ResolvedConfig
 from bulkinfer.engine.cpu_memory import keep_freed_memory
 from bulkinfer.engine.decode_graphs import DecodeGraphs
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.step_plan import StepPlan, plan_step
-from bulkinfer.engine.tensor_parallel import Workers, rank_device
+from bulkinfer.engine.tensor_parallel import Leader, Workers, join_process_group, rank_device
 from bulkinfer.layers.ops import resolve_ops
 from bulkinfer.layers.parallel import TensorParallel
 from bulkinfer.models.config import ModelConfig
@@ -40,16 +44,16 @@ class Peers(Protocol):
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model_config: ModelConfig, path: Path, rank: int = 0,
+    def __init__(self, config: ResolvedConfig, model_config: ModelConfig, path: Path, rank: int = 0,
                  peers: Peers | None = None):
         self.config = config
         self.device = rank_device(config.device, rank)
-        self.block_size = config.block_size
-        self.tp = TensorParallel(rank, config.tensor_parallel_size)
+        self.block_size = config.options.block_size
+        self.tp = TensorParallel(rank, config.options.tensor_parallel_size)
         self.workers = None
         if rank == 0 and self.tp.size > 1:
             check_splits(model_config, self.tp)  # before any process starts
-            self.workers = Workers.start(config, model_config, path)
+            self.workers = Workers.start(config, model_config, path, run_worker)
         try:
             self._load(model_config, path, peers or self.workers)
         except BaseException:
@@ -60,10 +64,10 @@ class ModelRunner:
         config = self.config
         if self.device.type == "cpu":
             keep_freed_memory()
-        self.ops = resolve_ops(config.attention_backend, self.device)
+        self.ops = resolve_ops(config.options.attention_backend, self.device)
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
         kv_heads = model_config.num_kv_heads // self.tp.size
-        blocks = config.num_kv_blocks or self._blocks_that_fit(model_config, kv_heads)
+        blocks = config.options.num_kv_blocks or self._blocks_that_fit(model_config, kv_heads)
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
@@ -73,9 +77,9 @@ class ModelRunner:
             layer.k_cache, layer.v_cache = self.kv_cache[0, index], self.kv_cache[1, index]
         self.decode_graphs = None
         # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it.
-        if self.device.type == "cuda" and self.ops.name == "triton" and not config.enforce_eager and self.tp.size == 1:
+        if self.device.type == "cuda" and self.ops.name == "triton" and not config.options.enforce_eager and self.tp.size == 1:
             max_blocks = -(-config.max_model_len // self.block_size)
-            self.decode_graphs = DecodeGraphs(self.model, min(config.max_num_seqs, 256), max_blocks,
+            self.decode_graphs = DecodeGraphs(self.model, min(config.options.max_num_seqs, 256), max_blocks,
                                               config.max_model_len, self.device, capture=True)
 
     def _blocks_that_fit(self, model: ModelConfig, kv_heads: int) -> int:
@@ -84,11 +88,11 @@ class ModelRunner:
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             # Leave room for activations of the largest step besides the fraction not ours to use.
-            reserve = total * (1 - self.config.gpu_memory_utilization) + 2 * _GIB
+            reserve = total * (1 - self.config.options.gpu_memory_utilization) + 2 * _GIB
             budget = free - reserve
         else:
-            budget = self.config.kv_cache_memory_gb * _GIB / self.tp.size  # the ranks share one budget
-        useful = self.config.max_num_seqs * -(-self.config.max_model_len // self.block_size) + 1
+            budget = self.config.options.kv_cache_memory_gb * _GIB / self.tp.size  # the ranks share one budget
+        useful = self.config.options.max_num_seqs * -(-self.config.max_model_len // self.block_size) + 1
         return min(int(budget // bytes_per_block), useful)
 
     @torch.inference_mode()
@@ -123,3 +127,24 @@ class ModelRunner:
         if self.workers is not None:
             self.workers.close()
 
+
+
+def run_worker(rank: int, config: ResolvedConfig, model_config: ModelConfig, path: Path, address: str,
+               conn: Connection) -> None:
+    """A tensor-parallel rank above 0: load its shard, then run every step plan rank 0 sends."""
+    # Ctrl-C and a scheduler's SIGTERM reach the whole process group; rank 0 alone decides how
+    # to stop (finish the step, commit) and then closes this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    join_process_group(config, rank, address)
+    try:
+        runner = ModelRunner(config, model_config, path, rank, Leader(conn))
+        while (plan := conn.recv()) is not None:
+            runner.forward(plan)
+    except (EOFError, BrokenPipeError, ConnectionResetError):  # rank 0 has gone
+        pass
+    except Exception as exc:  # rank 0 reports a load failure as its own; after one, a step fails there too
+        with suppress(OSError):  # rank 0 may be gone as well
+            conn.send(("error", f"tensor-parallel rank {rank}: {exc}"))
+    finally:
+        dist.destroy_process_group()

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Hashable, Protocol
 
 from tqdm.auto import tqdm
 
-if TYPE_CHECKING:
-    from bulkinfer.engine.llm import LLM
+from bulkinfer.outputs import RequestOutput
 
 _scoring_ids = itertools.count()
 
@@ -27,7 +26,20 @@ class Loglikelihood:
     token_logprobs: list[float]
 
 
-def score_tokens(llm: "LLM", pairs: list[tuple[list[int], list[int]]], use_tqdm: bool = False) -> list[Loglikelihood]:
+class Engine(Protocol):
+    """What scoring needs of the engine (LLM is one)."""
+
+    tokenizer: Any
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None: ...
+
+    def step(self) -> list[RequestOutput]: ...
+
+
+def score_tokens(llm: Engine, pairs: list[tuple[list[int], list[int]]], use_tqdm: bool = False) -> list[Loglikelihood]:
     """Each (context, continuation) of token ids; a context that does not fit loses its oldest tokens."""
     positions = {}
     # Longest first, as the harness orders them: the batch is widest at the start, and a shared
@@ -100,11 +112,11 @@ def rolling_windows(tokens: list[int], prefix: int, max_len: int) -> list[tuple[
     return windows
 
 
-def loglikelihood(llm: "LLM", pairs: list[tuple[str, str]], use_tqdm: bool = False) -> list[Loglikelihood]:
+def loglikelihood(llm: Engine, pairs: list[tuple[str, str]], use_tqdm: bool = False) -> list[Loglikelihood]:
     return score_tokens(llm, [encode_pair(llm.tokenizer, c, x) for c, x in pairs], use_tqdm)
 
 
-def loglikelihood_rolling(llm: "LLM", texts: list[str], use_tqdm: bool = False) -> list[float]:
+def loglikelihood_rolling(llm: Engine, texts: list[str], use_tqdm: bool = False) -> list[float]:
     prefix = prefix_token_id(llm.tokenizer)
     windows = [rolling_windows(encode_text(llm.tokenizer, text), prefix, llm.max_model_len)
                for text in texts]

@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import socket
 import weakref
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 
-from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.resolve import ResolvedConfig
 from bulkinfer.engine.step_plan import StepPlan
 from bulkinfer.models.config import ModelConfig
 
+WorkerMain = Callable[[int, ResolvedConfig, ModelConfig, Path, str, Connection], None]
 _JOIN_SECONDS = 10
 _DEATH_SECONDS = 1
 
@@ -45,11 +45,12 @@ class Workers:
         self._finalizer = weakref.finalize(self, _shut_down, processes, conns, torch.get_num_threads())
 
     @classmethod
-    def start(cls, config: EngineConfig, model_config: ModelConfig, path: Path) -> Workers:
+    def start(cls, config: ResolvedConfig, model_config: ModelConfig, path: Path, worker_main: WorkerMain) -> Workers:
+        """Spawn ranks 1..K-1, each running `worker_main(rank, config, model_config, path, address, conn)`."""
         if dist.is_initialized():
             raise ValueError("torch.distributed is already initialized in this process; "
                              "tensor_parallel_size > 1 needs to start its own process group")
-        size = config.tensor_parallel_size
+        size = config.options.tensor_parallel_size
         if config.device.type == "cuda" and rank_device(config.device, size - 1).index >= torch.cuda.device_count():
             raise ValueError(f"tensor_parallel_size {size} needs {size} GPUs from {config.device}, "
                              f"but only {torch.cuda.device_count()} are visible")
@@ -58,7 +59,7 @@ class Workers:
         processes, conns = [], []
         for rank in range(1, size):
             parent_end, child_end = context.Pipe()
-            process = context.Process(target=_worker_main, name=f"bulkinfer-tp-rank{rank}", daemon=True,
+            process = context.Process(target=worker_main, name=f"bulkinfer-tp-rank{rank}", daemon=True,
                                       args=(rank, config, model_config, path, address, child_end))
             process.start()
             child_end.close()
@@ -119,36 +120,14 @@ class Leader:
         return self.conn.recv()
 
 
-def join_process_group(config: EngineConfig, rank: int, address: str) -> None:
-    size = config.tensor_parallel_size
+def join_process_group(config: ResolvedConfig, rank: int, address: str) -> None:
+    size = config.options.tensor_parallel_size
     if config.device.type == "cuda":
         torch.cuda.set_device(rank_device(config.device, rank))
     else:  # K processes share the cores: more threads than cores would make every rank wait
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // size))
     dist.init_process_group("nccl" if config.device.type == "cuda" else "gloo", init_method=address,
                             rank=rank, world_size=size)
-
-
-def _worker_main(rank: int, config: EngineConfig, model_config: ModelConfig, path: Path, address: str,
-                 conn: Connection) -> None:
-    from bulkinfer.engine.model_runner import ModelRunner  # it imports this module
-
-    # Ctrl-C and a scheduler's SIGTERM reach the whole process group; rank 0 alone decides how
-    # to stop (finish the step, commit) and then closes this process.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    join_process_group(config, rank, address)
-    try:
-        runner = ModelRunner(config, model_config, path, rank, Leader(conn))
-        while (plan := conn.recv()) is not None:
-            runner.forward(plan)
-    except (EOFError, BrokenPipeError, ConnectionResetError):  # rank 0 has gone
-        pass
-    except Exception as exc:  # rank 0 reports a load failure as its own; after one, a step fails there too
-        with suppress(OSError):  # rank 0 may be gone as well
-            conn.send(("error", f"tensor-parallel rank {rank}: {exc}"))
-    finally:
-        dist.destroy_process_group()
 
 
 def _shut_down(processes: list[multiprocessing.Process], conns: list[Connection], threads: int) -> None:

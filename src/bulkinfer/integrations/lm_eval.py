@@ -33,7 +33,8 @@ from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 from bulkinfer.engine.llm import LLM  # noqa: E402
-from bulkinfer.integrations.lm_eval_settings import ModelArgsError, llm_arguments, sampling_params  # noqa: E402
+from bulkinfer.integrations.lm_eval_settings import (ModelArgsError, generation_defaults, llm_arguments,  # noqa: E402
+                                                     sampling_params)
 from bulkinfer.outputs import RequestOutput  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -43,19 +44,23 @@ DEFAULT_MAX_GEN_TOKS = 256  # what lm_eval's hf backend allows when a task does 
 
 @register_model("bulkinfer")
 class BulkinferLM(TemplateLM):
-    """model_args: ``pretrained`` (a model directory or hub id) and any ``bulkinfer.LLM`` argument
-    (dtype, device, max_num_seqs, max_model_len, ...); from lm_eval's hf backend, ``max_length``
-    (= max_model_len), ``add_bos_token`` and ``prefix_token_id``; ``max_gen_toks``, the default
-    generation length."""
+    """model_args: ``pretrained`` (a model directory or hub id), any engine option (dtype, device,
+    max_num_seqs, max_model_len, ...) and any sampling option, as a default for generation requests;
+    from lm_eval's hf backend, ``max_length`` (= max_model_len), ``add_bos_token`` and
+    ``prefix_token_id``; ``max_gen_toks``, the default generation length. ``batch_size`` and
+    ``max_batch_size``, which lm_eval passes to every backend, are taken and not used: the engine
+    forms its own batches."""
 
     def __init__(self, pretrained: str | None = None, max_length: int | None = None,
                  add_bos_token: bool | None = None, prefix_token_id: int | None = None,
-                 max_gen_toks: int = DEFAULT_MAX_GEN_TOKS, batch_size: Any = None,
-                 max_batch_size: Any = None, **engine_args: Any):
+                 max_gen_toks: int | None = None, batch_size: Any = None,
+                 max_batch_size: Any = None, **model_args: Any):
         super().__init__()
-        if "device" in engine_args:
-            engine_args["device"] = _available_device(engine_args["device"])
-        arguments = llm_arguments(pretrained, max_length, engine_args)
+        if "device" in model_args:
+            model_args["device"] = _available_device(model_args["device"])
+        arguments = llm_arguments(pretrained, max_length, model_args)
+        self.generation_defaults = generation_defaults(model_args, max_gen_toks)
+        self.generation_defaults.setdefault("max_tokens", DEFAULT_MAX_GEN_TOKS)
         try:
             self.llm = LLM(**arguments)
         except ValueError as exc:  # the engine's one-line refusals of a setting or a model
@@ -63,7 +68,6 @@ class BulkinferLM(TemplateLM):
         self.tokenizer = _harness_tokenizer(self.llm, add_bos_token)
         self.add_bos_token = add_bos_token
         self.custom_prefix_token_id = prefix_token_id
-        self.max_gen_toks = max_gen_toks
 
     # ---- what lm_eval's TemplateLM needs -------------------------------------------------
 
@@ -129,7 +133,7 @@ class BulkinferLM(TemplateLM):
         """Greedy (unless the task samples) until a stop string, EOS or max_gen_toks."""
         eos_text = self.tokenizer.decode(self.eot_token_id, skip_special_tokens=False)
         contexts, all_kwargs = zip(*(request.args for request in requests)) if requests else ((), ())
-        params = [sampling_params(kwargs, self.max_gen_toks, eos_text) for kwargs in all_kwargs]
+        params = [sampling_params(kwargs, self.generation_defaults, eos_text) for kwargs in all_kwargs]
         prompts = [self._prompt_ids(context, p.max_tokens) for context, p in zip(contexts, params)]
         outputs = self.llm.generate(prompts, params, use_tqdm=not disable_tqdm)
         texts = [_completion(output, p.stop) for output, p in zip(outputs, params)]

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from bulkinfer.integrations.ray import RAY_INSTALL_HINT, LLMProcessor
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.inputs import InputFile, read_rows
 from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
 from bulkinfer.runner.start import OpenJob

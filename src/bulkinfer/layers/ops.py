@@ -18,9 +18,6 @@ from bulkinfer.kernels.rotary import rotary_ref
 from bulkinfer.kernels.silu_mul import silu_and_mul_ref
 from bulkinfer.kernels.store_kv import store_kv_ref
 
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
-
-
 @dataclass(frozen=True)
 class KernelOps:
     """Every member has the signature of the reference function it is named after."""
@@ -38,13 +35,32 @@ CPU_OPS = KernelOps("cpu", store_kv_ref, paged_attention_cpu, rms_norm_ref, rota
 
 
 def resolve_ops(attention_backend: str, device: torch.device) -> KernelOps:
-    if attention_backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
-                         f"got {attention_backend!r}")
+    """attention_backend: "torch" (the references), "triton", or "auto" (the CPU path on the CPU, else Triton)."""
     if attention_backend == "torch":
         return TORCH_OPS
     if attention_backend == "auto" and device.type == "cpu":
         return CPU_OPS
-    from bulkinfer.layers.ops_triton import triton_ops
-
     return triton_ops(device)
+
+
+def triton_ops(device: torch.device) -> KernelOps:
+    """The Triton kernels: on CUDA compiled, on the CPU run by Triton's interpreter. Raises one clear
+    line when Triton cannot run there."""
+    try:
+        import triton  # noqa: F401  (only to report its absence plainly)
+    except ImportError as exc:
+        raise RuntimeError(f"attention_backend='triton' needs the triton package, which failed to import: {exc}") from None
+    from bulkinfer.kernels import _triton
+    from bulkinfer.kernels.paged_attention import _decode_kernel, paged_attention_triton
+    from bulkinfer.kernels.rms_norm import rms_norm_triton
+    from bulkinfer.kernels.rotary import rotary_triton
+    from bulkinfer.kernels.silu_mul import silu_and_mul_triton
+    from bulkinfer.kernels.store_kv import store_kv_triton
+
+    if device.type != "cuda" and not _triton.is_interpreted(_decode_kernel):
+        # The kernels are compiled or interpreted when their module is imported, so the variable
+        # must be set before bulkinfer is.
+        raise RuntimeError(f"attention_backend='triton' on {device.type} runs in Triton's interpreter: "
+                           "set TRITON_INTERPRET=1 before importing bulkinfer")
+    return KernelOps("triton", store_kv_triton, paged_attention_triton, rms_norm_triton, rotary_triton,
+                     silu_and_mul_triton)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.openai_batch.requests import SAMPLING_PARAMS, parse_line
-from bulkinfer.runner.durable import publish, sync_file
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.durable import publish, sync_file
+from bulkinfer.errors import UsageError
 
 
 def requests_path(output: Path) -> Path:

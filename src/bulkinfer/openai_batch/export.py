@@ -12,7 +12,7 @@ from typing import Any
 from bulkinfer.engine.tokenizer import load_tokenizer
 from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
-from bulkinfer.runner.durable import publish, sync_file
+from bulkinfer.durable import publish, sync_file
 from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.jobdir import JobDir
 

@@ -6,7 +6,7 @@
 """
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.job import JobOutcome, run_job
 from bulkinfer.runner.status import JobStatus, job_status

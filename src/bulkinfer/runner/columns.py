@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bulkinfer.runner import jsonl_reader, parquet_reader
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.rows import reserved_clash, reserved_columns
 from bulkinfer.runner.sources import Source
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.jsonl_writer import json_line
 from bulkinfer.runner.progress import ShardSpan
 from bulkinfer.runner.rows import ROW_INDEX, result_columns

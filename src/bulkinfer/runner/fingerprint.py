@@ -12,7 +12,7 @@ from typing import Any
 
 from bulkinfer.models.loader import ModelNotFoundError, resolve_model_path
 from bulkinfer.runner.config import SAMPLING_FIELDS, JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 PROMPT_FIELDS = ("prompt_column", "messages_column", "system_prompt", "id_column", "param_columns", "truncate")
 TASK_FIELDS = ("task", "context_column", "continuation_column", "choices_column")

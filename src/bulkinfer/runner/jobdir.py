@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bulkinfer.runner.durable import sync_dir, write_atomic
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.durable import sync_dir, write_atomic
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.parts import WHOLE, Part
 
 MANIFEST_VERSION = 1

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-from bulkinfer.runner.durable import sync_dir, sync_file
+from bulkinfer.durable import sync_dir, sync_file
 from bulkinfer.runner.rowset import decode_rows, encode_rows
 
 

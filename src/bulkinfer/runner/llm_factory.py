@@ -6,7 +6,7 @@ from typing import Any
 
 from bulkinfer import LLM
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 
 # JobConfig fields passed to LLM under the same name; a None leaves the engine's own default.

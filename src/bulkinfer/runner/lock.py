@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 # Kubernetes gives an indexed Job's pods their index but not the count; the manifest passes it here.
 COUNT_VARIABLE = "BULKINFER_NUM_SHARDS"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 
 class PromptRenderer:

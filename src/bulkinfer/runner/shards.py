@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bulkinfer.runner.durable import publish, sync_dir, sync_file
+from bulkinfer.durable import publish, sync_dir, sync_file
 from bulkinfer.runner.jsonl_writer import json_line
 from bulkinfer.runner.rows import ROW_INDEX
 from bulkinfer.runner.tables import rows_to_table

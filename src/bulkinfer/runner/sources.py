@@ -6,7 +6,7 @@ import glob
 from dataclasses import dataclass
 from pathlib import Path
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".lz4")
 FORMAT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}

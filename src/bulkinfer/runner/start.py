@@ -12,7 +12,7 @@ from typing import Any
 from bulkinfer.runner.columns import check_columns
 from bulkinfer.runner.committer import Committer
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.fingerprint import differences, job_fingerprint
 from bulkinfer.runner.inputs import InputFile, identity_of, scan_inputs
 from bulkinfer.runner.jobdir import JobDir

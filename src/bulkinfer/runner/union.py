@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from bulkinfer.runner.errors import UsageError
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.fingerprint import task_of
 from bulkinfer.runner.jobdir import JobDir
 from bulkinfer.runner.lock import current_holder

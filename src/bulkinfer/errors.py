@@ -1,4 +1,4 @@
-"""The one exception the runner raises for a user's mistake; the CLI turns it into one line and exit 2."""
+"""The exception for a mistake the user can fix; the CLI turns it into one line and exit status 2."""
 
 from __future__ import annotations
 

@@ -1,0 +1,57 @@
+"""The engine's options made concrete for one model on this machine: a device, a dtype, lengths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
+from bulkinfer.models.config import ModelConfig
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+           "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    options: EngineConfig  # as the user gave them
+    device: torch.device
+    dtype: torch.dtype
+    max_model_len: int
+    max_num_batched_tokens: int
+
+
+def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
+    device = resolve_device(options.device)
+    return ResolvedConfig(options, device, resolve_dtype(options.dtype, model, device),
+                          resolve_max_model_len(options.max_model_len, model),
+                          options.max_num_batched_tokens or BATCHED_TOKENS[device.type])
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for, but no CUDA GPU is available")
+    return resolved
+
+
+def resolve_dtype(dtype: str, model: ModelConfig, device: torch.device) -> torch.dtype:
+    """"auto": float32 on the CPU; on a GPU the checkpoint's half type, bfloat16 for fp32 ones."""
+    if dtype != "auto":
+        return _DTYPES[dtype]
+    if device.type == "cpu":
+        return torch.float32
+    return model.torch_dtype if model.torch_dtype != torch.float32 else torch.bfloat16
+
+
+def resolve_max_model_len(requested: int | None, model: ModelConfig) -> int:
+    # A sliding window we do not implement would change results past it, so lengths stop there.
+    limit = min(model.max_position_embeddings, model.sliding_window or model.max_position_embeddings)
+    if requested is None:
+        return limit
+    if requested > limit:
+        raise ValueError(f"max_model_len must be between 1 and {limit} for this model, got {requested}")
+    return requested

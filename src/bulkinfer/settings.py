@@ -1,0 +1,122 @@
+"""Settings are declared once, as dataclass fields with their default and help text.
+
+EngineConfig (engine options), SamplingParams (sampling options) and JobConfig (the rest of a job)
+declare their fields with `setting(...)`. Every other place a setting appears is derived from
+those declarations through `settings_of`: the command line's flags and their help, job-file keys,
+per-row param columns, lm-eval model_args, the OpenAI body mapping, bench and inspect.
+
+This module imports nothing heavy, so `bulkinfer --help` can build every flag without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+_NO_DEFAULT = dataclasses.MISSING
+
+
+def setting(default: Any = _NO_DEFAULT, help: str = "", *, factory: Callable[[], Any] | None = None,
+            choices: tuple[str, ...] | None = None, name: str | None = None, job_default: Any = _NO_DEFAULT,
+            flag: str | None = None, per_row: bool = True) -> Any:
+    """A dataclass field that carries what the derived places need to know about it.
+
+    name: the setting's name where one flat namespace holds every setting (flags, job-file keys,
+    model_args), when the field's own name would clash there. job_default: a job's default, when it
+    differs from the Python API's. flag: the flag's spelling, when it is not --field-name. per_row:
+    False for a sampling option that cannot come from a param column.
+    """
+    metadata = {"help": help, "choices": choices, "name": name, "job_default": job_default, "flag": flag,
+                "per_row": per_row}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared field, as the derived places see it."""
+
+    name: str  # in the flat namespace
+    field: str  # on its dataclass
+    owner: type
+    hint: Any  # the field's type, with Optional kept
+    default: Any  # _NO_DEFAULT when the setting is required
+    help: str
+    choices: tuple[str, ...] | None
+    flag: str | None
+    per_row: bool
+
+    @property
+    def required(self) -> bool:
+        return self.default is _NO_DEFAULT
+
+    @property
+    def kinds(self) -> tuple[Any, ...]:
+        """The types a value may have, None left out: (int,), (str,), (list[str], str), ..."""
+        return tuple(non_none_args(self.hint))
+
+    @property
+    def optional(self) -> bool:
+        return type(None) in typing.get_args(self.hint) or self.hint is type(None)
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kinds == (bool,)
+
+    @property
+    def is_list(self) -> bool:
+        return any(typing.get_origin(kind) is list for kind in self.kinds)
+
+    @property
+    def item_type(self) -> Any:
+        """The element type of a list setting, the value type of anything else."""
+        lists = [kind for kind in self.kinds if typing.get_origin(kind) is list]
+        return typing.get_args(lists[0])[0] if lists else self.kinds[0]
+
+
+def settings_of(cls: type) -> list[Setting]:
+    """Every field of a settings dataclass, in declaration order, with its job default where set."""
+    hints = typing.get_type_hints(cls)
+    found = []
+    for spec in dataclasses.fields(cls):
+        if not spec.init:
+            continue
+        meta = spec.metadata
+        default = meta.get("job_default", _NO_DEFAULT)
+        if default is _NO_DEFAULT:
+            default = spec.default_factory() if spec.default_factory is not _NO_DEFAULT else spec.default
+        found.append(Setting(meta.get("name") or spec.name, spec.name, cls, hints[spec.name], default,
+                             meta.get("help", ""), meta.get("choices"), meta.get("flag"),
+                             meta.get("per_row", True)))
+    return found
+
+
+def construct(cls: type, values: dict[str, Any], what: str) -> Any:
+    """`cls(**values)`, where an unknown name is a ValueError that lists the known ones."""
+    known = [spec.name for spec in dataclasses.fields(cls) if spec.init]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what}{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                         f"known: {', '.join(known)}")
+    return cls(**values)
+
+
+def non_none_args(hint: Any) -> list[Any]:
+    """The members of a union other than None; a plain type alone."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return [arg for arg in typing.get_args(hint) if arg is not type(None)] if union else [hint]
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...] | None) -> None:
+    if choices is not None and value is not None and value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def check_choices(instance: Any) -> None:
+    """Raises ValueError for the first field whose value is not one of its declared choices."""
+    for spec in dataclasses.fields(instance):
+        check_choice(spec.name, getattr(instance, spec.name), spec.metadata.get("choices"))
