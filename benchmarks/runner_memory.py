@@ -85,7 +85,7 @@ def _child(what: str, settings_json: str) -> None:
     settings = json.loads(settings_json)
     started = time.monotonic()
     if what == "run":
-        outcome = run_job(JobConfig(**settings))
+        outcome = run_job(JobConfig.from_settings(**settings))
         assert outcome.complete, outcome
     else:
         export_job(Path(settings["output"]), Path(settings["file"]))

@@ -72,6 +72,10 @@ class Setting:
         return any(typing.get_origin(kind) is list for kind in self.kinds)
 
     @property
+    def is_dict(self) -> bool:
+        return any(typing.get_origin(kind) is dict for kind in self.kinds)
+
+    @property
     def item_type(self) -> Any:
         """The element type of a list setting, the value type of anything else."""
         lists = [kind for kind in self.kinds if typing.get_origin(kind) is list]
@@ -83,7 +87,7 @@ def settings_of(cls: type) -> list[Setting]:
     hints = typing.get_type_hints(cls)
     found = []
     for spec in dataclasses.fields(cls):
-        if not spec.init:
+        if not spec.init or spec.metadata.get("group"):  # a group holds another class's settings
             continue
         meta = spec.metadata
         default = meta.get("job_default", _NO_DEFAULT)

@@ -39,7 +39,7 @@ def test_inspect_without_a_model_counts_characters_of_chat_messages(capsys) -> N
     (["nope.jsonl"], "nope.jsonl: no such file or directory"),
     ([str(DATA / "addition.jsonl"), "--prompt-column", "text"], "no column 'text'"),
     ([str(DATA / "addition.jsonl"), "--model", "/no/model"], "/no/model: no such model directory"),
-    ([str(DATA / "addition.jsonl"), "--n", "0"], "Invalid value for '--n'"),
+    ([str(DATA / "addition.jsonl"), "--n", "0"], "n must be >= 1, got 0"),
 ])
 def test_inspect_mistakes_are_one_line(capsys, arguments: list[str], message: str) -> None:
     assert message in one_line_error(*invoke(capsys, "inspect", *arguments)[::2])
@@ -86,7 +86,7 @@ def test_lm_eval_passes_every_argument_through(capsys, monkeypatch: pytest.Monke
     ("run", ["--max-tokens", "(default: 256)", "--temperature", "(default: 1.0)", "--hourly-cost", "JOB.toml",
              "(required: here or in the job file)", "--format", "(default: rows)"]),
     ("inspect", ["--max-tokens", "256", "--prompt-column", "prompt", "--output-tok-s"]),
-    ("bench", ["--model", "random:tiny", "--workload", "mixed", "--compare", "bulkinfer,static,continuous"]),
+    ("bench", ["--model", "random:50m", "--workload", "mixed", "--compare", "bulkinfer,static,continuous"]),
     ("export", ["--partial"]),
     ("status", ["--json"]),
 ])

@@ -82,7 +82,7 @@ def test_batch_job_exports_openai_output_lines(capsys, tmp_path: Path, batch_fil
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--format", "xml"], "--format must be one of rows, openai-batch, got 'xml'"),
+    (["--format", "xml"], "format must be one of rows, openai-batch, got 'xml'"),
     (["--format", "openai-batch", "--prompt-column", "p"], "drop --prompt-column"),
     (["--format", "openai-batch", "--input", "second.jsonl"], "takes one --input: the batch file"),
 ])

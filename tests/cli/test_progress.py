@@ -10,7 +10,7 @@ from bulkinfer.cli.display import ProgressDisplay, panel
 from bulkinfer.cli.metrics import metrics_of
 from bulkinfer.cli.summary import cost_per_million, summary_table
 from bulkinfer.engine.stats import EngineStats
-from bulkinfer.runner.report import Snapshot
+from bulkinfer.runner.loop import Snapshot
 
 STATS = EngineStats(prompt_tokens=5000, generation_tokens=2000, steps=40, num_running=32, num_waiting=7,
                     kv_blocks_used=25, kv_blocks_total=100, preemptions=3,

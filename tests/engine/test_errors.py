@@ -9,7 +9,7 @@ import pytest
 
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.models.config import UnsupportedModelError
-from bulkinfer.models.loader import ModelNotFoundError
+from bulkinfer.models.checkpoint import ModelNotFoundError
 
 
 def test_unsupported_architecture_names_the_supported_ones(tiny_llama, tmp_path):

@@ -15,7 +15,7 @@ import signal
 import sys
 
 from bulkinfer.cli import main
-from bulkinfer.runner import ledger, shards
+from bulkinfer.runner.outdir import ledger, result_files
 
 
 def _die() -> None:
@@ -29,13 +29,13 @@ def _arm(point: str, nth: int) -> None:
         calls["count"] += 1
         return calls["count"] == nth
 
-    write_file, append = shards.ShardStore._write_file, ledger.Ledger.append
+    publish, append = result_files.publish, ledger.Ledger.append
 
-    def torn_shard(self, path, rows):
-        write_file(self, path, rows)
+    def torn_file(tmp, final):  # the temporary file written, half of it on disk, not yet renamed
         if is_nth():
-            os.truncate(path, os.path.getsize(path) // 2)
+            os.truncate(tmp, os.path.getsize(tmp) // 2)
             _die()
+        publish(tmp, final)
 
     def ledger_append(self, commit):
         if is_nth():
@@ -47,7 +47,7 @@ def _arm(point: str, nth: int) -> None:
         append(self, commit)
 
     if point == "shard-write":
-        shards.ShardStore._write_file = torn_shard
+        result_files.publish = torn_file
     elif point in ("before-ledger", "ledger-write"):
         ledger.Ledger.append = ledger_append
 

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from bulkinfer.runner.ledger import read_commits
-from bulkinfer.runner.progress import load_progress
+from bulkinfer.runner.outdir.ledger import read_commits
+from bulkinfer.runner.outdir.ledger import load_progress
 from bulkinfer.runner.rowset import RowSet
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
@@ -45,5 +45,5 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 120.0) -> bo
 def assert_consistent(out: Path) -> None:
     """What a crash may leave: every ledger shard exists, and no row is committed twice."""
     progress = load_progress(out / "ledger.jsonl", RowSet())
-    for span in progress.shards:
+    for span in progress.files:
         assert (out / "shards" / span.name).is_file()

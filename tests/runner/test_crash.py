@@ -11,7 +11,7 @@ import pytest
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
-from bulkinfer.runner.progress import load_progress
+from bulkinfer.runner.outdir.ledger import load_progress
 from runner_files import prompts, read_results, write_jsonl
 from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
@@ -29,7 +29,7 @@ def data(tmp_path_factory) -> Path:
 def baseline(data: Path, tiny_llama: Path, tmp_path_factory) -> list[dict]:
     """The uninterrupted run, in this process, with the same settings as the children."""
     root = tmp_path_factory.mktemp("baseline")
-    run_job(JobConfig(model=str(tiny_llama), input=[str(data)], output=str(root / "out"), **SETTINGS))
+    run_job(JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(root / "out"), **SETTINGS))
     return _exported(root / "out")
 
 
@@ -83,7 +83,7 @@ def test_sigkill_at_the_worst_points_of_a_commit(tmp_path: Path, data: Path, tin
         assert process.returncode == -signal.SIGKILL, point
         assert_consistent(out)
         leftovers = {path.name for path in (out / "shards").iterdir()}
-        unlisted = leftovers - {span.name for span in load_progress(out / "ledger.jsonl").shards}
+        unlisted = leftovers - {span.name for span in load_progress(out / "ledger.jsonl").files}
         if point == "shard-write":
             assert any(name.endswith(".tmp") for name in unlisted)
         else:  # the shard is in place but the ledger does not (fully) list it

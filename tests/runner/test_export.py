@@ -7,9 +7,9 @@ import pytest
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
-from bulkinfer.runner.jobdir import JobDir
-from bulkinfer.runner.ledger import Ledger, make_commit
-from bulkinfer.runner.shards import ShardStore
+from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.runner.outdir.ledger import Ledger, make_commit
+from bulkinfer.runner.outdir.result_files import ResultFiles
 from runner_files import read_results
 
 
@@ -24,7 +24,7 @@ def _job(root: Path, shards: list[list[int]], rows_total: int, fmt: str = "parqu
     directory = JobDir(root)
     directory.create_root()
     directory.write_manifest({"fingerprint": {}, "inputs": [], "rows_total": rows_total, "created": "now"})
-    store, ledger = ShardStore(directory.shards_path, fmt), Ledger(directory.ledger_path)
+    store, ledger = ResultFiles(directory.results_path, fmt), Ledger(directory.ledger_path)
     for seq, rows in enumerate(shards, 1):
         results = [_result(i) for i in rows]
         name = store.write(seq, results)
@@ -59,7 +59,7 @@ def test_an_unfinished_job_exports_only_with_partial(tmp_path: Path) -> None:
 
 def test_shard_files_the_ledger_does_not_list_are_not_exported(tmp_path: Path) -> None:
     out = _job(tmp_path / "job", [[0, 1]], rows_total=2)
-    ShardStore(out / "shards").write(2, [_result(1)])  # written, but the crash came before the ledger line
+    ResultFiles(out / "shards").write(2, [_result(1)])  # written, but the crash came before the ledger line
     assert [row["row_index"] for row in read_results(_export(out, tmp_path))] == [0, 1]
 
 

@@ -11,7 +11,7 @@ from bulkinfer import LLM, SamplingParams
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
-from bulkinfer.runner.report import Snapshot
+from bulkinfer.runner.loop import Snapshot
 from bulkinfer.runner.status import job_status
 from runner_files import prompts, read_results, write_jsonl, write_parquet
 
@@ -19,7 +19,8 @@ FAST = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_
 
 
 def _run(tmp_path: Path, model: Path, data: Path, name: str = "out", **settings):
-    config = JobConfig(model=str(model), input=[str(data)], output=str(tmp_path / name), **{**FAST, **settings})
+    config = JobConfig.from_settings(model=str(model), input=[str(data)], output=str(tmp_path / name),
+                                     **{**FAST, **settings})
     return config, run_job(config)
 
 
@@ -83,7 +84,7 @@ class _InterruptAfter:
 
 def test_ctrl_c_commits_finished_rows_and_a_rerun_finishes_identically(tmp_path: Path, tiny_llama: Path) -> None:
     data = write_jsonl(tmp_path / "in.jsonl", prompts(30))
-    config = JobConfig(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "out"), **FAST)
+    config = JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "out"), **FAST)
     stopped = run_job(config, reporter=_InterruptAfter(8))
     assert stopped.stopped_by == signal.SIGINT and not stopped.complete
     assert stopped.rows_done >= 8 and job_status(tmp_path / "out").state == "interrupted"

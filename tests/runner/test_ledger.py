@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from bulkinfer.runner.ledger import Ledger, LedgerCorruptError, make_commit, read_commits
-from bulkinfer.runner.progress import load_progress
+from bulkinfer.runner.outdir.ledger import Ledger, LedgerCorruptError, make_commit, read_commits
+from bulkinfer.runner.outdir.ledger import load_progress
 from bulkinfer.runner.rowset import RowSet
 
 
@@ -21,7 +21,7 @@ def test_commits_read_back_with_their_rows(tmp_path: Path) -> None:
     done = RowSet()
     progress = load_progress(path, done)
     assert (progress.rows_done, progress.rows_failed, progress.next_seq) == (5, 1, 3)
-    assert [(s.name, s.first, s.last) for s in progress.shards] == [("shard-000001.parquet", 2, 9),
+    assert [(s.name, s.first, s.last) for s in progress.files] == [("shard-000001.parquet", 2, 9),
                                                                    ("shard-000002.parquet", 0, 1)]
     assert sorted(r for r in range(10) if r in done) == [0, 1, 2, 5, 9]
 
@@ -33,9 +33,9 @@ def test_a_torn_last_line_is_ignored_then_cut_off(tmp_path: Path, cut: int) -> N
     data = path.read_bytes()
     second_start = data.index(b"\n") + 1
     path.write_bytes(data[: second_start + cut] if cut > 0 else data[:cut])  # a crash mid-append
-    assert [c.shard for c in read_commits(path)] == ["a"]
+    assert [c.file for c in read_commits(path)] == ["a"]
     _append(path, make_commit(2, "c", [1], 0))  # the next run appends after the last good line
-    assert [c.shard for c in read_commits(path)] == ["a", "c"]
+    assert [c.file for c in read_commits(path)] == ["a", "c"]
 
 
 def test_a_bit_flip_fails_the_checksum(tmp_path: Path) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.lock import Holder, JobLock, current_holder, read_holder
+from bulkinfer.runner.outdir.lock import Holder, JobLock, current_holder, read_holder
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from bulkinfer.runner.lock import JobLock
+from bulkinfer.runner.outdir.lock import JobLock
 JobLock(Path(sys.argv[1])).acquire()
 print("locked", flush=True)
 time.sleep(120)

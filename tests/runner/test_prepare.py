@@ -7,8 +7,8 @@ from transformers import AutoTokenizer
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.prepare import Preparer
-from bulkinfer.runner.rows import SourceRow
+from bulkinfer.runner.requests import GenerateRequests
+from bulkinfer.runner.inputs import SourceRow
 
 MAX_MODEL_LEN = 64
 
@@ -19,9 +19,9 @@ def tokenizer(tiny_llama: Path):
 
 
 def _prepare(tokenizer, rows: list, **settings):
-    config = JobConfig(model="m", input=["i"], output="o", max_tokens=8, **settings)
+    config = JobConfig.from_settings(model="m", input=["i"], output="o", max_tokens=8, **settings)
     window = [SourceRow(i, values, f"in.jsonl line {i + 1}") for i, values in enumerate(rows)]
-    return Preparer(config, tokenizer, MAX_MODEL_LEN)(window)
+    return GenerateRequests(config, tokenizer, MAX_MODEL_LEN)(window)
 
 
 def _errors(prepared) -> dict[int, str]:

@@ -6,7 +6,7 @@ import pytest
 
 from bulkinfer.runner.inputs import read_rows, scan_inputs, windows
 from bulkinfer.runner.rowset import RowSet
-from bulkinfer.runner.sources import resolve_sources
+from bulkinfer.runner.inputs import resolve_sources
 from runner_files import write_jsonl, write_parquet
 
 

@@ -8,7 +8,7 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
-from bulkinfer.runner.start import open_job
+from bulkinfer.runner.job import open_job
 from runner_files import read_results, write_jsonl, write_parquet
 
 FAST = dict(max_tokens=2, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=6, commit_seconds=0.5,
@@ -19,8 +19,8 @@ SAMPLED_ROWS = 100
 
 
 def _run(tmp_path: Path, model: Path, inputs: list[Path], **settings) -> list[dict]:
-    config = JobConfig(model=str(model), input=[str(p) for p in inputs], output=str(tmp_path / "out"),
-                       **{**FAST, **settings})
+    config = JobConfig.from_settings(model=str(model), input=[str(p) for p in inputs], output=str(tmp_path / "out"),
+                                     **{**FAST, **settings})
     outcome = run_job(config)
     assert outcome.complete
     export_job(tmp_path / "out", tmp_path / "out.parquet")
@@ -41,7 +41,8 @@ def test_generation_passes_scoring_column_names_through(tmp_path: Path, tiny_lla
 def test_a_score_job_refuses_an_input_column_named_logprob(tmp_path: Path, tiny_llama: Path, writer) -> None:
     suffix = ".parquet" if writer is write_parquet else ".jsonl"
     data = writer(tmp_path / f"in{suffix}", [{"context": "a", "continuation": " b", "logprob": 1.0}])
-    config = JobConfig(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "out"), task="score")
+    config = JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "out"),
+                                     task="score")
     with pytest.raises(UsageError, match=f"^in{suffix}: column 'logprob' has the name of an output column; "
                                          f"rename it in the input$"):
         open_job(config)

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.sources import resolve_sources
+from bulkinfer.runner.inputs import resolve_sources
 from runner_files import write_jsonl, write_parquet
 
 

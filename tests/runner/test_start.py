@@ -8,8 +8,8 @@ import pytest
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.ledger import make_commit
-from bulkinfer.runner.start import open_job
+from bulkinfer.runner.outdir.ledger import make_commit
+from bulkinfer.runner.job import open_job
 from bulkinfer.runner.status import job_status
 from runner_files import write_jsonl, write_parquet
 
@@ -18,7 +18,8 @@ def _config(tmp_path: Path, model: Path, **settings) -> JobConfig:
     data = tmp_path / "in.jsonl"
     if not data.exists():
         write_jsonl(data, [{"prompt": f"p{i}", "budget": i} for i in range(5)])
-    return JobConfig(**{"model": str(model), "input": [str(data)], "output": str(tmp_path / "out"), **settings})
+    return JobConfig.from_settings(**{"model": str(model), "input": [str(data)], "output": str(tmp_path / "out"),
+                                   **settings})
 
 
 def test_a_new_job_records_its_inputs_and_resume_finds_them(tmp_path: Path, tiny_llama: Path) -> None:

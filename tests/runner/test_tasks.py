@@ -6,6 +6,7 @@ import pytest
 
 from bulkinfer import LLM
 from bulkinfer.cli.jobfile import read_job_file
+from bulkinfer.cli.run import run_settings
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
@@ -24,7 +25,8 @@ def llm(tiny_llama: Path) -> LLM:
 
 
 def _run(tmp_path: Path, model: Path, data: Path, **settings) -> tuple[list[dict], object]:
-    config = JobConfig(model=str(model), input=[str(data)], output=str(tmp_path / "out"), **{**FAST, **settings})
+    config = JobConfig.from_settings(model=str(model), input=[str(data)], output=str(tmp_path / "out"),
+                                     **{**FAST, **settings})
     outcome = run_job(config)
     export_job(tmp_path / "out", tmp_path / "out.parquet")
     return read_results(tmp_path / "out.parquet"), outcome
@@ -84,10 +86,10 @@ def test_rerun_resumes_with_each_row_once(tmp_path: Path, tiny_llama: Path) -> N
 
 
 def test_eval_choice_example_is_mostly_right(tmp_path: Path) -> None:
-    settings = read_job_file(ROOT / "jobs" / "eval-choice.toml")
+    settings = read_job_file(ROOT / "jobs" / "eval-choice.toml", run_settings())
     settings.update(model=str(ROOT / settings["model"]), input=[str(ROOT / p) for p in _paths(settings["input"])],
                     output=str(tmp_path / "out"))
-    assert run_job(JobConfig(**settings)).complete
+    assert run_job(JobConfig.from_settings(**settings)).complete
     export_job(tmp_path / "out", tmp_path / "out.parquet")
     rows = read_results(tmp_path / "out.parquet")
     assert sum(row["choice"] == row["answer"] for row in rows) / len(rows) >= 0.9

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from bulkinfer.cli import main
+from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
 from bulkinfer.runner import JobConfig, UsageError, export_job, run_job
-from bulkinfer.runner.ledger import read_commits
+from bulkinfer.runner.outdir.ledger import read_commits
 from runner_files import prompts, read_results, write_jsonl, write_parquet
 
 SETTINGS = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=6, shard_rows=5)
@@ -38,11 +39,11 @@ def _exported(out: Path) -> list[dict]:
 
 def test_a_ray_job_equals_a_local_one_and_resumes(ray_cluster, tmp_path: Path, tiny_llama: Path,
                                                   data: list[str]) -> None:
-    plain = _exported(run_job(JobConfig(model=str(tiny_llama), input=data, output=str(tmp_path / "plain"),
-                                        **SETTINGS)).output)
+    plain = _exported(run_job(JobConfig.from_settings(model=str(tiny_llama), input=data, output=str(tmp_path / "plain"),
+                                                      **SETTINGS)).output)
     out = tmp_path / "ray"
-    outcome = run_job(JobConfig(model=str(tiny_llama), input=data, output=str(out), executor="ray", replicas=2,
-                                **SETTINGS))
+    outcome = run_job(JobConfig.from_settings(model=str(tiny_llama), input=data, output=str(out), **SETTINGS),
+                      executor=RayExecutor(RaySettings(replicas=2)))
     assert (outcome.rows_done, outcome.rows_failed) == (21, 1)
     assert _exported(out) == plain
 
@@ -66,7 +67,8 @@ def test_the_processor_in_a_users_own_pipeline(ray_cluster, tmp_path: Path, tiny
 
     rows = prompts(12)
     data = write_jsonl(tmp_path / "in.jsonl", rows)
-    out = run_job(JobConfig(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "out"), **SETTINGS)).output
+    config = JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "out"), **SETTINGS)
+    out = run_job(config).output
     expected = {row["k"]: row["generated_text"] for row in _exported(out)}
     dataset = ray_cluster.data.from_items(rows).map_batches(
         LLMProcessor, fn_constructor_kwargs={"model": str(tiny_llama), "max_tokens": 4, "temperature": 0.0},
@@ -79,6 +81,6 @@ def test_the_processor_in_a_users_own_pipeline(ray_cluster, tmp_path: Path, tiny
 def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path: Path, tiny_llama: Path,
                                                         data: list[str]) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
-    config = JobConfig(model=str(tiny_llama), input=data, output=str(tmp_path / "out"), executor="ray")
+    config = JobConfig.from_settings(model=str(tiny_llama), input=data, output=str(tmp_path / "out"))
     with pytest.raises(UsageError, match=r"pip install 'bulkinfer\[ray\]'"):
-        run_job(config)
+        run_job(config, executor=RayExecutor())

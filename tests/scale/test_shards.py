@@ -12,7 +12,7 @@ import pytest
 
 from bulkinfer.cli import main
 from bulkinfer.runner import JobConfig, UsageError, export_job, job_status, run_job
-from bulkinfer.runner.parts import Part, part_of
+from bulkinfer.runner.shards import Shard, shard_of
 from runner_files import prompts, read_results, write_jsonl, write_parquet
 
 SETTINGS = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=5)
@@ -27,7 +27,8 @@ def data(tmp_path: Path) -> list[Path]:
 
 
 def _config(model: Path, data: list[Path], out: Path, **extra) -> JobConfig:
-    return JobConfig(model=str(model), input=[str(path) for path in data], output=str(out), **SETTINGS, **extra)
+    return JobConfig.from_settings(model=str(model), input=[str(path) for path in data], output=str(out),
+                                   **SETTINGS, **extra)
 
 
 def _flags(model: Path, data: list[Path], out: Path) -> list[str]:
@@ -44,23 +45,23 @@ def _exported(out: Path, tmp_path: Path, **options) -> list[dict]:
 
 @pytest.mark.parametrize("rows_total, count", [(31, 3), (2, 3), (0, 2), (10, 1)])
 def test_parts_split_the_rows_into_disjoint_blocks(rows_total: int, count: int) -> None:
-    blocks = [Part(index, count).rows(rows_total) for index in range(count)]
+    blocks = [Shard(index, count).rows(rows_total) for index in range(count)]
     assert [row for block in blocks for row in block] == list(range(rows_total))
 
 
 @pytest.mark.parametrize("environ, flags, expected", [
-    ({}, {}, Part(0, 1)),
-    ({}, {"shard": 2, "num_shards": 4}, Part(2, 4)),
-    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}, {}, Part(3, 4)),
-    ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, {}, Part(3, 4)),
-    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}, {"shard": 0, "num_shards": 2}, Part(0, 2)),
-    ({"JOB_COMPLETION_INDEX": "1"}, {"num_shards": 3}, Part(1, 3)),
-    ({"JOB_COMPLETION_INDEX": "1", "BULKINFER_NUM_SHARDS": "2"}, {}, Part(1, 2)),
+    ({}, {}, Shard(0, 1)),
+    ({}, {"shard": 2, "num_shards": 4}, Shard(2, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}, {}, Shard(3, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, {}, Shard(3, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}, {"shard": 0, "num_shards": 2}, Shard(0, 2)),
+    ({"JOB_COMPLETION_INDEX": "1"}, {"num_shards": 3}, Shard(1, 3)),
+    ({"JOB_COMPLETION_INDEX": "1", "BULKINFER_NUM_SHARDS": "2"}, {}, Shard(1, 2)),
 ])
 def test_the_shard_comes_from_flags_or_the_scheduler(tmp_path: Path, environ: dict, flags: dict,
-                                                     expected: Part) -> None:
-    config = JobConfig(model="m", input=["x"], output=str(tmp_path), **flags)
-    assert part_of(config, environ) == expected
+                                                     expected: Shard) -> None:
+    config = JobConfig.from_settings(model="m", input=["x"], output=str(tmp_path), **flags)
+    assert shard_of(config, environ) == expected
 
 
 @pytest.mark.parametrize("environ, flags, message", [
@@ -71,9 +72,9 @@ def test_the_shard_comes_from_flags_or_the_scheduler(tmp_path: Path, environ: di
     ({"SLURM_ARRAY_TASK_ID": "x"}, {}, "SLURM_ARRAY_TASK_ID='x' is not a whole number"),
 ])
 def test_bad_shard_settings_are_usage_errors(tmp_path: Path, environ: dict, flags: dict, message: str) -> None:
-    config = JobConfig(model="m", input=["x"], output=str(tmp_path), **flags)
+    config = JobConfig.from_settings(model="m", input=["x"], output=str(tmp_path), **flags)
     with pytest.raises(UsageError, match=message):
-        part_of(config, environ)
+        shard_of(config, environ)
 
 
 def test_concurrent_shards_add_up_to_a_plain_run(tmp_path: Path, tiny_llama: Path, data: list[Path]) -> None:
@@ -135,7 +136,8 @@ def test_shards_of_different_jobs_do_not_mix(tmp_path: Path, tiny_llama: Path, d
     run_job(_config(tiny_llama, data, out, **first))
     settings = {**SETTINGS, **second}
     with pytest.raises(UsageError, match=message):
-        run_job(JobConfig(model=str(tiny_llama), input=[str(path) for path in data], output=str(out), **settings))
+        run_job(JobConfig.from_settings(model=str(tiny_llama), input=[str(path) for path in data], output=str(out),
+                                        **settings))
 
 
 def test_the_manifest_names_its_shard(tmp_path: Path, tiny_llama: Path, data: list[Path]) -> None:

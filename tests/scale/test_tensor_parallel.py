@@ -111,7 +111,7 @@ def _job_flags(model: Path, data: Path, out: Path) -> list[str]:
 
 def test_a_job_on_two_ranks_survives_ctrl_c_and_matches_one_rank(tmp_path, tiny_llama):
     data = write_jsonl(tmp_path / "in.jsonl", prompts(120))
-    run_job(JobConfig(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "one"), **JOB))
+    run_job(JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "one"), **JOB))
     out = tmp_path / "two"
     flags = _job_flags(tiny_llama, data, out) + ["--tensor-parallel-size", "2"]
     # Ctrl-C in a terminal signals the whole process group: the worker rank must leave the stop to rank 0.

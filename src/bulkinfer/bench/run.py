@@ -10,15 +10,16 @@ from pathlib import Path
 
 import torch
 
-from bulkinfer.bench import systems
+from bulkinfer.bench import SYSTEMS, systems
 from bulkinfer.bench.decode_floor import DecodeProbe
 from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
 from bulkinfer.bench.workloads import make_workload, prompt_tokens, useful_tokens
+from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.resolve import resolve_device, resolve_dtype
-from bulkinfer.models.loader import read_config, resolve_model_path
+from bulkinfer.models.checkpoint import resolve_model_path
+from bulkinfer.models.loader import read_config
 
-SYSTEMS = ("bulkinfer", "static", "continuous")
 TEMPERATURE = {"mixed": 0.0, "prefix": 0.0, "synthetic": 0.8}
 
 
@@ -33,20 +34,23 @@ def model_path(model: str, dtype: str) -> Path:
     return make_random_checkpoint(store, SHAPES[shape], dtype="float32" if dtype == "auto" else dtype)
 
 
-def run_benchmark(model: str, workload: str, num_requests: int, dtype: str = "auto", device: str = "auto",
-                  compare: tuple[str, ...] = SYSTEMS, seed: int = 0, **engine_args) -> dict:
-    path = model_path(model, dtype)
+def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[str, ...] = SYSTEMS,
+                  workload_seed: int = 0, **engine_options) -> dict:
+    """engine_options: EngineConfig's fields; dtype and device hold for the baselines too."""
+    options = EngineConfig(**engine_options)
+    path = model_path(model, options.dtype)
     model_config, _ = read_config(path)
-    torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, model_config, torch_device)
-    requests = make_workload(workload, num_requests, model_config.vocab_size, seed)
+    torch_device = resolve_device(options.device)
+    torch_dtype = resolve_dtype(options.dtype, model_config, torch_device)
+    requests = make_workload(workload, num_requests, model_config.vocab_size, workload_seed)
     temperature = TEMPERATURE[workload]
     max_len = max(len(r.prompt) + r.max_tokens for r in requests)
     if unknown := [system for system in compare if system not in SYSTEMS]:
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
     runs = {
-        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, dtype=torch_dtype, device=device,
-                                                   max_model_len=max_len, **engine_args),
+        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, **{
+            **engine_options, "dtype": str(torch_dtype).removeprefix("torch."),
+            "max_model_len": options.max_model_len or max_len}),
         "static": lambda: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
         "continuous": lambda: systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device),
     }

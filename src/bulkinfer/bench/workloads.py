@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bulkinfer.bench import WORKLOADS
+
 
 @dataclass(frozen=True)
 class BenchRequest:
@@ -14,7 +16,6 @@ class BenchRequest:
     n: int = 1
 
 
-WORKLOADS = ("mixed", "prefix", "synthetic")
 
 
 def make_workload(name: str, num_requests: int, vocab_size: int, seed: int = 0) -> list[BenchRequest]:

@@ -16,8 +16,9 @@ from bulkinfer.errors import UsageError
 # Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
 CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
 
+# Plain help (no rich panels): it wraps cleanly at 80 columns, and option names are never cut short.
 app = typer.Typer(name="bulkinfer", help="Offline bulk batch inference for LLMs.", add_completion=False,
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 app.command("run", help="Run a job over a dataset, or resume it.")(run_command)
 app.command("export", help="Write a job's results, in input order, to one .parquet or .jsonl file.")(export_command)
 app.command("status", help="Report how far a job is.")(status_command)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.cli.tokenizer import model_tokenizer
+from bulkinfer.errors import UsageError
 from bulkinfer.openai_batch import convert_batch_file, job_settings
 from bulkinfer.openai_batch.convert import requests_path
-from bulkinfer.errors import UsageError
 
 FORMATS = ("rows", "openai-batch")
 # Settings the batch format fills in itself, from the request lines.

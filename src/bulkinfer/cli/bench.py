@@ -2,39 +2,59 @@
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any
 
-import typer
-
-from bulkinfer.bench.run import SYSTEMS, format_report, run_benchmark, save_report
-from bulkinfer.bench.workloads import WORKLOADS
+from bulkinfer.bench import SYSTEMS, WORKLOADS
+from bulkinfer.cli.options import given_options, option_parameters
+from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.settings import Setting, check_choices, setting, settings_of
 
 
-def bench_command(
-    model: str = typer.Option("random:tiny", "--model", help="Checkpoint directory, hub id, or random:SHAPE "
-                                                             "(tiny, 50m, 0.5b, 1.5b) for random weights."),
-    workload: str = typer.Option("mixed", "--workload", help=f"One of {', '.join(WORKLOADS)}."),
-    num_requests: int = typer.Option(256, "--num-requests", min=1, help="Requests in the workload."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, float16 or bfloat16."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda[:N]."),
-    compare: str = typer.Option(",".join(SYSTEMS), "--compare", help="Comma-separated systems to run."),
-    output: Optional[Path] = typer.Option(None, "--output", show_default=False,
-                                          help="Also write the report to this JSON file (default: none)."),
-) -> int:
-    systems = tuple(name.strip() for name in compare.split(",") if name.strip())
+@dataclass
+class BenchSettings:
+    model: str = setting("random:50m", "Checkpoint directory, hub id, or random:SHAPE (tiny, 50m, 0.5b, 1.5b) "
+                                       "for random weights.")
+    workload: str = setting("mixed", "mixed (lengths as in real jobs), prefix (a 1,000-token shared prefix) or "
+                                     "synthetic (n = 4 samples at temperature 0.8).", choices=WORKLOADS)
+    num_requests: int = setting(128, "Requests in the workload.")
+    compare: str = setting(",".join(SYSTEMS), "Comma-separated systems to run.")
+    output: Path | None = setting(None, "Also write the report to this JSON file (default: none).")
+
+
+def bench_settings() -> list[Setting]:
+    """The benchmark's own settings, then every engine option (for bulkinfer; dtype and device for all)."""
+    return [*settings_of(BenchSettings), *settings_of(EngineConfig)]
+
+
+def bench_command(**options: Any) -> int:
+    given = given_options(options, bench_settings())
+    try:
+        own = BenchSettings(**{s.name: given.pop(s.name) for s in settings_of(BenchSettings) if s.name in given})
+        check_choices(own)
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
+    systems = tuple(name.strip() for name in own.compare.split(",") if name.strip())
     unknown = [name for name in systems if name not in SYSTEMS]
     if unknown or not systems:
         raise UsageError(f"--compare: unknown system {', '.join(unknown) or '(none given)'}; "
                          f"choose from {', '.join(SYSTEMS)}")
-    if workload not in WORKLOADS:
-        raise UsageError(f"--workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    engine = {s.field: given[s.name] for s in settings_of(EngineConfig) if s.name in given}
+    from bulkinfer.bench.run import format_report, run_benchmark, save_report  # torch: only when it runs
+
     try:
-        report = run_benchmark(model, workload, num_requests, dtype=dtype, device=device, compare=systems)
-    except ValueError as exc:  # an unknown random shape, dtype or device, or a model that is not there
+        report = run_benchmark(own.model, own.workload, own.num_requests, compare=systems, **engine)
+    except ValueError as exc:  # an unknown random shape or engine option, or a model that is not there
         raise UsageError(str(exc)) from None
     print(format_report(report))
-    if output is not None:
-        save_report(report, output)
+    if own.output is not None:
+        save_report(report, own.output)
     return 0
+
+
+bench_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    option_parameters(bench_settings()), return_annotation=int)
+bench_command.__annotations__ = {p.name: p.annotation for p in bench_command.__signature__.parameters.values()}

@@ -12,7 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from bulkinfer.cli.metrics import Metrics, duration, metrics_of
-from bulkinfer.runner.report import Snapshot
+from bulkinfer.runner.loop import Snapshot
 
 
 class ProgressDisplay:

@@ -11,8 +11,7 @@ import typer
 from bulkinfer.cli.batch_format import check_format
 from bulkinfer.openai_batch import export_openai_batch
 from bulkinfer.runner.export import export_job
-from bulkinfer.runner.status import job_status
-from bulkinfer.runner.union import shards_left
+from bulkinfer.runner.status import job_status, shards_left
 
 
 def export_command(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import typer
 from rich.console import Console
@@ -11,15 +12,15 @@ from rich.table import Table
 
 from bulkinfer.cli.histogram import histogram_table, length_bins
 from bulkinfer.cli.metrics import duration
+from bulkinfer.cli.options import given_options, option_parameters
+from bulkinfer.cli.run import run_settings
 from bulkinfer.cli.summary import cost_per_million
 from bulkinfer.cli.tokenizer import model_tokenizer
-from bulkinfer.runner import jsonl_reader, parquet_reader
-from bulkinfer.runner.columns import check_columns
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import read_rows, scan_inputs, windows
+from bulkinfer.runner.inputs import Source, check_columns, columns_of, read_rows, resolve_sources, scan_inputs, windows
 from bulkinfer.runner.prompts import PromptRenderer
 from bulkinfer.runner.rowset import RowSet
-from bulkinfer.runner.sources import Source, resolve_sources
+from bulkinfer.settings import Setting, setting, settings_of
 
 WINDOW = 10_000  # rows tokenized per batch call
 
@@ -30,26 +31,28 @@ class Survey:
     unusable: int = 0  # rows that would become error rows
 
 
-def inspect_command(
-    input: list[str] = typer.Argument(..., help="Input files, directories or globs, as for run --input."),
-    model: Optional[str] = typer.Option(None, "--model", help="Count tokens with this model's tokenizer "
-                                                              "(default: none; lengths in characters)."),
-    prompt_column: str = typer.Option("prompt", "--prompt-column", help="Column with the prompt text."),
-    messages_column: Optional[str] = typer.Option(None, "--messages-column", show_default=False,
-                                                  help="Column with chat messages (default: none)."),
-    input_format: Optional[str] = typer.Option(None, "--input-format", show_default=False,
-                                               help="parquet or jsonl (default: from each file's extension)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Most tokens generated per sample."),
-    n: int = typer.Option(1, "--n", min=1, help="Samples per row."),
-    hourly_cost: Optional[float] = typer.Option(None, "--hourly-cost", min=0.0, show_default=False,
-                                                help="Machine price per hour, for a cost estimate (default: none)."),
-    output_tok_s: Optional[float] = typer.Option(None, "--output-tok-s", min=1e-9, show_default=False,
-                                                 help="Output tokens per second to expect, e.g. from a small run's "
-                                                      "stats.json or `bulkinfer bench`; with --hourly-cost gives "
-                                                      "time and cost (default: none)."),
-) -> int:
-    config = JobConfig(model=model or "", input=input, output="", input_format=input_format,
-                       prompt_column=prompt_column, messages_column=messages_column, max_tokens=max_tokens, n=n)
+# The job settings that change what inspect counts; with the same flags and help as `run`.
+JOB_SETTINGS = ("prompt_column", "messages_column", "input_format", "max_tokens", "n")
+
+
+@dataclass
+class InspectSettings:
+    model: str | None = setting(None, "Count tokens with this model's tokenizer (default: none; lengths in "
+                                      "characters).")
+    output_tok_s: float | None = setting(None, "Output tokens per second to expect, e.g. from a small run's "
+                                               "stats.json or `bulkinfer bench`; gives the time, and with "
+                                               "--hourly-cost the cost (default: none).")
+
+
+def inspect_settings() -> list[Setting]:
+    by_name = {s.name: s for s in run_settings()}
+    return [*settings_of(InspectSettings), *(by_name[name] for name in (*JOB_SETTINGS, "hourly_cost"))]
+
+
+def inspect_command(input: list[str], **options: Any) -> int:
+    given = given_options(options, inspect_settings())
+    model, hourly_cost, output_tok_s = (given.pop(name, None) for name in ("model", "hourly_cost", "output_tok_s"))
+    config = JobConfig.from_settings(model=model or "", input=input, output="", **given)
     sources = resolve_sources(config.input, config.input_format)
     check_columns(sources, config)
     renderer = PromptRenderer(config, model_tokenizer(model)) if model else None
@@ -59,6 +62,13 @@ def inspect_command(
     console.print(histogram_table(length_bins(survey.lengths), "tokens" if model else "characters"))
     console.print(_estimate(survey, config, model is not None, hourly_cost, output_tok_s))
     return 0
+
+
+_INPUT = inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[str],
+                           default=typer.Argument(..., help="Input files, directories or globs, as for run --input."))
+inspect_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [_INPUT, *option_parameters(inspect_settings())], return_annotation=int)
+inspect_command.__annotations__ = {p.name: p.annotation for p in inspect_command.__signature__.parameters.values()}
 
 
 def _survey(sources: list[Source], config: JobConfig, renderer: PromptRenderer | None) -> Survey:
@@ -99,8 +109,7 @@ def _overview(sources: list[Source], survey: Survey) -> Table:
     table.add_row("files", f"{len(sources):,}")
     table.add_row("rows", f"{len(survey.lengths) + survey.unusable:,} ({survey.unusable:,} would be error rows)")
     for source in sources:
-        reader = parquet_reader.columns if source.format == "parquet" else jsonl_reader.sample_columns
-        table.add_row(f"columns of {source.name}", ", ".join(sorted(reader(source.path) or [])) or "none")
+        table.add_row(f"columns of {source.name}", ", ".join(sorted(columns_of(source) or [])) or "none")
     return table
 
 
@@ -109,8 +118,9 @@ def _estimate(survey: Survey, config: JobConfig, in_tokens: bool, hourly_cost: f
     table = Table(title="work estimate", title_justify="left", show_header=False, box=None, padding=(0, 1))
     unit = "tokens" if in_tokens else "characters (pass --model for tokens)"
     table.add_row("prompt", f"{sum(survey.lengths):,} {unit}")
-    output_tokens = len(survey.lengths) * config.n * config.max_tokens
-    table.add_row("output", f"at most {output_tokens:,} tokens ({config.n} x {config.max_tokens} per row)")
+    n, max_tokens = config.sampling.n, config.sampling.max_tokens
+    output_tokens = len(survey.lengths) * n * max_tokens
+    table.add_row("output", f"at most {output_tokens:,} tokens ({n} x {max_tokens} per row)")
     if output_tok_s:
         seconds = output_tokens / output_tok_s
         table.add_row("time", f"at most {duration(seconds)} at {output_tok_s:,.0f} output tok/s")

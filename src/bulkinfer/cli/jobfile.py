@@ -1,4 +1,4 @@
-"""TOML job files: the `run` settings as flat keys spelled like JobConfig's fields.
+"""TOML job files: the `run` settings as flat keys, spelled like the flags with underscores.
 
     model = "examples/demo-model"
     input = "examples/data/addition.jsonl"   # or a list of paths
@@ -11,43 +11,34 @@ flags. Flags given on the command line override the file's keys.
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import sys
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.settings import Setting
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - the dependency is declared for 3.10 only
     import tomli as tomllib
 
-# Settings of the command that are not settings of the job itself.
-CLI_KEYS = {"hourly_cost": float, "format": str}
 
-
-def known_keys() -> list[str]:
-    return [spec.name for spec in dataclasses.fields(JobConfig)] + list(CLI_KEYS)
-
-
-def read_job_file(path: Path) -> dict[str, Any]:
-    """The file's settings, checked against the known keys and their types, ready to merge with flags."""
+def read_job_file(path: Path, settings: list[Setting]) -> dict[str, Any]:
+    """The file's settings, checked against the known ones and their types, ready to merge with flags."""
     if not path.is_file():
         raise UsageError(f"{path}: no such job file")
     try:
-        settings = tomllib.loads(path.read_text(encoding="utf-8"))
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not a valid TOML job file ({exc})") from None
-    unknown = sorted(set(settings) - set(known_keys()))
-    if unknown:
-        raise UsageError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                         f"known keys: {', '.join(known_keys())}")
-    hints = typing.get_type_hints(JobConfig)
-    return {key: _checked(path, key, value, hints.get(key, CLI_KEYS.get(key))) for key, value in settings.items()}
+    by_name = {s.name: s for s in settings}
+    for key in values:
+        if key not in by_name:
+            raise UsageError(f"{path}: unknown key {key}{_suggestion(key, list(by_name))}; "
+                             f"`bulkinfer run --help` lists every setting")
+    return {key: _checked(path, by_name[key], value) for key, value in values.items()}
 
 
 def merge_settings(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dict[str, Any]:
@@ -56,31 +47,43 @@ def merge_settings(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dic
     return {**from_file, **given}
 
 
-def _checked(path: Path, key: str, value: Any, hint: Any) -> Any:
+def _suggestion(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _checked(path: Path, setting: Setting, value: Any) -> Any:
     """The value in the form the flags would give it; a wrong type is the user's mistake, said in one line."""
-    union = typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", None))
-    kinds = {arg for arg in typing.get_args(hint) if arg is not type(None)} if union else {hint}
-    if key == "param_columns" and isinstance(value, dict):
-        value = [f"{param}={column}" for param, column in value.items()]  # as --param-column gives them
-    if any(typing.get_origin(kind) in (list, dict) for kind in kinds):
-        value = [value] if isinstance(value, str) else value  # `input = "x"` for a one-element list
-        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+    if setting.is_dict:
+        if isinstance(value, dict) and all(isinstance(item, str) for item in value.values()):
             return value
-        return _wrong(path, key, value, "a string or a list of strings")
-    if bool in kinds:
-        return value if isinstance(value, bool) else _wrong(path, key, value, "true or false")
+        return _wrong(path, setting.name, value, 'a table of strings, e.g. { max_tokens = "budget" }')
+    if setting.is_list:
+        item = setting.item_type
+        value = [value] if _is(value, item) else value  # `input = "x"` for a one-element list
+        if isinstance(value, list) and all(_is(element, item) for element in value):
+            return [float(element) if item is float else element for element in value]
+        return _wrong(path, setting.name, value, f"{_kind_name(item)} or a list of {_kind_name(item, plural=True)}")
+    if setting.is_bool:
+        return value if isinstance(value, bool) else _wrong(path, setting.name, value, "true or false")
+    for kind in setting.kinds:
+        if _is(value, kind):
+            return float(value) if kind is float else value
+    return _wrong(path, setting.name, value, " or ".join(_kind_name(kind) for kind in setting.kinds))
+
+
+def _is(value: Any, kind: Any) -> bool:
     if isinstance(value, bool):  # TOML booleans are not numbers, whatever Python says
-        return _wrong(path, key, value, _kind_name(kinds))
-    if float in kinds and isinstance(value, (int, float)):
-        return float(value)
-    if any(isinstance(value, kind) for kind in kinds if isinstance(kind, type)):
-        return value
-    return _wrong(path, key, value, _kind_name(kinds))
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(kind, type) and isinstance(value, kind)
 
 
-def _kind_name(kinds: set[Any]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string"}
-    return " or ".join(sorted(names.get(kind, str(kind)) for kind in kinds))
+def _kind_name(kind: Any, plural: bool = False) -> str:
+    names = {int: ("an integer", "integers"), float: ("a number", "numbers"), str: ("a string", "strings"),
+             bool: ("true or false", "booleans")}
+    return names.get(kind, (str(kind), str(kind)))[plural]
 
 
 def _wrong(path: Path, key: str, value: Any, expected: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bulkinfer.runner.report import Snapshot
+from bulkinfer.runner.loop import Snapshot
 
 
 @dataclass(frozen=True)

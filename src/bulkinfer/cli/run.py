@@ -5,37 +5,59 @@ from __future__ import annotations
 import inspect
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
-from bulkinfer.cli.batch_format import batch_job_settings, check_format
+from bulkinfer.cli.batch_format import FORMATS, batch_job_settings
 from bulkinfer.cli.display import ProgressDisplay
 from bulkinfer.cli.jobfile import merge_settings, read_job_file
-from bulkinfer.cli.options import config_from_options, run_parameters
+from bulkinfer.cli.options import given_options, option_parameters, take_settings
 from bulkinfer.cli.summary import run_stats, summary_table, write_stats
-from bulkinfer.runner.config import JobConfig
+from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
+from bulkinfer.runner.config import JobConfig, job_settings
 from bulkinfer.runner.job import JobOutcome, run_job
-from bulkinfer.runner.parts import part_of
+from bulkinfer.runner.shards import shard_of
+from bulkinfer.settings import Setting, setting, settings_of
 
 
-def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = None, format: Optional[str] = None,
-                **options: Any) -> int:
-    own = {"hourly_cost": hourly_cost, "format": format}
-    settings = merge_settings(read_job_file(job_file) if job_file else {}, {**own, **options})
-    hourly_cost = settings.pop("hourly_cost", None)
-    format = check_format(settings.pop("format", "rows"))
-    if format == "openai-batch":
+@dataclass
+class RunCommandSettings:
+    """Settings of the `run` command that are not settings of the job; job files take them too."""
+
+    hourly_cost: float | None = setting(None, "Machine price per hour: stats.json then reports the cost per "
+                                              "million output tokens (default: none).")
+    format: str = setting("rows", "Input: rows (a table with a prompt column) or openai-batch (an OpenAI Batch "
+                                  "API request file).", choices=FORMATS)
+    executor: str = setting("local", "local (this process) or ray (an actor pool of engine replicas on a Ray "
+                                     "cluster).", choices=("local", "ray"))
+
+
+def run_settings() -> list[Setting]:
+    """Every key a job file may hold and every flag of `run`."""
+    return [*settings_of(RunCommandSettings), *job_settings(), *settings_of(RaySettings)]
+
+
+def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
+    from_file = read_job_file(job_file, run_settings()) if job_file else {}
+    settings = merge_settings(from_file, given_options(options, run_settings()))
+    command, ray = take_settings(RunCommandSettings, settings), take_settings(RaySettings, settings)
+    if command.format == "openai-batch":
         settings = batch_job_settings(settings)
-    config = config_from_options(settings)
+    config = JobConfig.from_settings(**settings)
+    executor = RayExecutor(ray) if command.executor == "ray" else None
     started = time.monotonic()
     with ProgressDisplay(live=sys.stderr.isatty()) as display:
-        outcome = run_job(config, reporter=display)
+        outcome = run_job(config, reporter=display, executor=executor)
     if display.last is not None:  # the engine ran; a job that was already complete keeps its stats.json
-        _report(config, outcome, run_stats(config, outcome, display.last, time.monotonic() - started, hourly_cost))
-    _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if format == "openai-batch" else "RESULTS.parquet")
+        stats = run_stats(config, outcome, display.last, time.monotonic() - started, command.hourly_cost)
+        stats["settings"].update({**asdict(command), **asdict(ray)})
+        _report(config, outcome, stats)
+    _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if command.format == "openai-batch"
+                 else "RESULTS.parquet")
     if outcome.stopped_by is not None and not outcome.complete:
         return 128 + outcome.stopped_by
     if not outcome.complete:
@@ -43,28 +65,18 @@ def run_command(job_file: Optional[Path] = None, hourly_cost: Optional[float] = 
     return 1 if config.fail_on_error and outcome.rows_failed else 0
 
 
-# typer reads the options from the signature; all but the first three are generated from JobConfig's fields.
-_OWN = [
-    inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
-                      default=typer.Argument(None, metavar="[JOB.toml]", show_default=False,
-                                             help="TOML job file with the same settings as the flags, as flat "
-                                                  "keys (max_tokens = 64); flags override it.")),
-    inspect.Parameter("hourly_cost", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
-                      default=typer.Option(None, "--hourly-cost", min=0.0, show_default=False,
-                                           help="Machine price per hour: stats.json then reports the cost per "
-                                                "million output tokens (default: none).")),
-    inspect.Parameter("format", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
-                      default=typer.Option(None, "--format", show_default=False,
-                                           help="Input: rows (a table with a prompt column) or openai-batch "
-                                                "(an OpenAI Batch API request file) (default: rows).")),
-]
+# typer reads the options from the signature: the job file, then one option per setting.
+_JOB_FILE = inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
+                              default=typer.Argument(None, metavar="[JOB.toml]", show_default=False,
+                                                     help="TOML job file with the same settings as the flags, as "
+                                                          "flat keys (max_tokens = 64); flags override it."))
 run_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    _OWN + run_parameters(), return_annotation=int)
+    [_JOB_FILE, *option_parameters(run_settings())], return_annotation=int)
 run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signature__.parameters.values()}
 
 
 def _report(config: JobConfig, outcome: JobOutcome, stats: dict[str, Any]) -> None:
-    write_stats(outcome.output, part_of(config), stats)
+    write_stats(outcome.output, shard_of(config), stats)
     Console(stderr=True).print(summary_table(stats))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,12 +9,11 @@ from typing import Any
 from rich.table import Table
 
 from bulkinfer.cli.metrics import metrics_of
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.durable import write_atomic
+from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.job import JobOutcome
-from bulkinfer.runner.parts import Part
-from bulkinfer.runner.report import Snapshot
-
+from bulkinfer.runner.loop import Snapshot
+from bulkinfer.runner.shards import Shard
 
 
 def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_seconds: float,
@@ -37,7 +35,7 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "output_tokens_per_second": round(m.output_tokens_per_second, 1),
         "preemptions": m.preemptions,
         "prefix_cache_hit_rate": round(m.prefix_cache_hit_rate, 4),
-        "settings": dataclasses.asdict(config),
+        "settings": config.settings(),
     }
     if hourly_cost is not None:
         stats["hourly_cost"] = hourly_cost
@@ -53,9 +51,9 @@ def cost_per_million(hourly_cost: float, seconds: float, tokens: int) -> float |
     return round(hourly_cost * seconds / 3600 / tokens * 1e6, 4)
 
 
-def write_stats(output: Path, part: Part, stats: dict[str, Any]) -> Path:
+def write_stats(output: Path, shard: Shard, stats: dict[str, Any]) -> Path:
     """stats.json, or stats-I-of-N.json for one shard of a split job, beside the job's other files."""
-    path = output / f"stats{part.suffix}.json"
+    path = output / f"stats{shard.suffix}.json"
     write_atomic(path, (json.dumps(stats, indent=2) + "\n").encode())
     return path
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from bulkinfer.engine.tokenizer import load_tokenizer
-from bulkinfer.models.loader import resolve_model_path
 from bulkinfer.errors import UsageError
+from bulkinfer.models.checkpoint import resolve_model_path
 
 
 def model_tokenizer(model: str) -> Any:

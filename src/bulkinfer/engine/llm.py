@@ -22,7 +22,8 @@ from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
-from bulkinfer.models.loader import read_config, resolve_model_path
+from bulkinfer.models.checkpoint import resolve_model_path
+from bulkinfer.models.loader import read_config
 from bulkinfer.outputs import RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct

@@ -33,8 +33,8 @@ from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 from bulkinfer.engine.llm import LLM  # noqa: E402
-from bulkinfer.integrations.lm_eval_settings import (ModelArgsError, generation_defaults, llm_arguments,  # noqa: E402
-                                                     sampling_params)
+from bulkinfer.integrations.lm_eval_settings import (  # noqa: E402
+    ModelArgsError, generation_defaults, llm_arguments, sampling_params)
 from bulkinfer.outputs import RequestOutput  # noqa: E402
 
 logger = logging.getLogger(__name__)

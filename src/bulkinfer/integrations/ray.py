@@ -22,12 +22,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.llm_factory import load_llm
-from bulkinfer.runner.prepare import Preparer
-from bulkinfer.runner.results import ResultBuilder
-from bulkinfer.runner.rows import ROW_INDEX, SourceRow
-from bulkinfer.runner.tables import rows_to_table
+from bulkinfer.runner.inputs import SourceRow
+from bulkinfer.runner.job import load_llm
+from bulkinfer.runner.outdir.result_files import rows_to_table
+from bulkinfer.runner.requests import GenerateRequests
+from bulkinfer.runner.results import GenerateResults
 
 RAY_INSTALL_HINT = "Ray is not installed; install it with: pip install 'bulkinfer[ray]'"
 # JobConfig needs an input and an output; a processor has neither, its pipeline reads and writes.
@@ -38,13 +39,13 @@ class LLMProcessor:
     """One engine replica. Rows are keyed by their `row_index` column when the batch has one."""
 
     def __init__(self, model: str, **settings: Any) -> None:
-        self._load(JobConfig(model=model, **_NO_FILES, **settings))
+        self._load(JobConfig.from_settings(model=model, **_NO_FILES, **settings))
 
     def _load(self, config: JobConfig) -> None:
         self.config = config
         self.llm = load_llm(self.config)
-        self.preparer = Preparer(self.config, copy.deepcopy(self.llm.tokenizer), self.llm.max_model_len)
-        self.results = ResultBuilder(self.config)
+        self.prepare = GenerateRequests(self.config, copy.deepcopy(self.llm.tokenizer), self.llm.max_model_len)
+        self.results = GenerateResults(self.config)
         self._next_index = 0  # numbers rows of batches without a row_index column
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -52,15 +53,15 @@ class LLMProcessor:
 
     def process(self, rows: list[SourceRow]) -> list[dict[str, Any]]:
         """An output row for every input row: generated, or with the error that stopped it."""
-        prepared = self.preparer(rows)
+        prepared = self.prepare(rows)
         done = [self.results.failure(failure.row, failure.error, failure.prompt_tokens)
                 for failure in prepared.failures]
         in_flight = {}
         for work in prepared.work:
-            self.llm.add_request(work.row.index, work.token_ids, work.params)
-            in_flight[work.row.index] = work.row
+            self.llm.add_request(work.request_id, work.token_ids, work.params)
+            in_flight[work.request_id] = work
         while self.llm.has_unfinished_requests():
-            done.extend(self.results.finished(in_flight.pop(output.request_id), output) for output in self.llm.step())
+            done.extend(self.results.collect(in_flight.pop(output.request_id), output) for output in self.llm.step())
         return done
 
     def _source_rows(self, batch: pa.Table) -> list[SourceRow]:

@@ -3,7 +3,7 @@
 The driver (this process) keeps everything that makes a job crash-safe: the lock, job.json, the
 done-set and the ledger. Ray Data carries blocks of row positions still to do to an actor pool of
 replicas; each replica reads its block from the input files, runs it and sends the finished rows
-back; the driver commits them as shards and ledger lines exactly as a local run does. So a Ray job
+back; the driver commits them as result files and ledger lines exactly as a local run does. So a Ray job
 resumes like a local one (rows of a block that was lost are simply done again) and export reads it.
 """
 
@@ -12,40 +12,67 @@ from __future__ import annotations
 import pickle
 import signal
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from bulkinfer.errors import UsageError
 from bulkinfer.integrations.ray import RAY_INSTALL_HINT, LLMProcessor
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.errors import UsageError
 from bulkinfer.runner.inputs import InputFile, read_rows
+from bulkinfer.runner.job import OpenJob
+from bulkinfer.runner.loop import Reporter
 from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
-from bulkinfer.runner.start import OpenJob
+from bulkinfer.settings import setting
 
-# Finished rows travel to the driver pickled, one per cell, so their values reach the shard writer
+# Finished rows travel to the driver pickled, one per cell, so their values reach the result writer
 # exactly as a local run's do (a block-wise Arrow conversion could change a mixed-type column).
 PAYLOAD = "row"
 
 
-def run_on_ray(config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
-    ray = _import_ray()
-    connects_here = not ray.is_initialized()  # else the caller has joined a cluster and keeps it
-    if connects_here:
-        _init(ray, config.ray_address)
-    try:
-        _drive(ray, config, job, stop_requested)
-    finally:
+@dataclass(frozen=True)
+class RaySettings:
+    ray_address: str | None = setting(None, "Ray cluster to join (default: RAY_ADDRESS, else start a local one).")
+    replicas: int = setting(1, "Engine replicas in the Ray actor pool (with --executor ray).")
+    gpus_per_replica: float = setting(0.0, "GPUs each Ray engine replica takes (0: CPU).")
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise UsageError(f"replicas must be >= 1, got {self.replicas}")
+
+
+class RayExecutor:
+    """A runner Executor (see runner/job.py); Ray's own progress output stands for the reporter."""
+
+    def __init__(self, settings: RaySettings = RaySettings()) -> None:
+        self.settings = settings
+
+    def check(self, config: JobConfig) -> None:
+        if config.task != "generate":
+            raise UsageError(f"task {config.task!r} runs with the local executor only")
+        _import_ray()
+
+    def __call__(self, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool],
+                 reporter: Reporter | None = None) -> None:
+        ray = _import_ray()
+        connects_here = not ray.is_initialized()  # else the caller has joined a cluster and keeps it
         if connects_here:
-            ray.shutdown()
+            _init(ray, self.settings.ray_address)
+        try:
+            _drive(ray, config, self.settings, job, stop_requested)
+        finally:
+            if connects_here:
+                ray.shutdown()
 
 
-def _drive(ray: Any, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool]) -> None:
+def _drive(ray: Any, config: JobConfig, settings: RaySettings, job: OpenJob,
+           stop_requested: Callable[[], bool]) -> None:
     blocks = ray.data.from_items(_blocks_to_do(job, config.window_rows))
     replica = {"config": config, "files": [file.to_json() for file in job.files]}
     finished = blocks.map_batches(BlockProcessor, fn_constructor_kwargs=replica, batch_size=1,
-                                  compute=ray.data.ActorPoolStrategy(size=config.replicas),
-                                  num_gpus=config.gpus_per_replica, batch_format="pyarrow")
+                                  compute=ray.data.ActorPoolStrategy(size=settings.replicas),
+                                  num_gpus=settings.gpus_per_replica, batch_format="pyarrow")
     committer = job.committer(config)
     try:
         for batch in finished.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bulkinfer.durable import publish, sync_file
 from bulkinfer.engine.tokenizer import load_tokenizer
 from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
-from bulkinfer.durable import publish, sync_file
 from bulkinfer.runner.export import ExportResult, export_job
-from bulkinfer.runner.jobdir import JobDir
+from bulkinfer.runner.outdir.layout import JobDir
 
 
 def export_openai_batch(output: Path, destination: Path, partial: bool = False) -> ExportResult:

@@ -1,12 +1,16 @@
-"""Crash-safe bulk jobs: stream a dataset through the engine into checkpointed result shards.
+"""Crash-safe bulk jobs: stream a dataset through the engine into checkpointed result files.
 
-    config = JobConfig(model="path/to/checkpoint", input=["data/*.parquet"], output="out", max_tokens=64)
+    config = JobConfig.from_settings(model="path/to/checkpoint", input=["data/*.parquet"], output="out",
+                                     max_tokens=64)
     outcome = run_job(config)        # or resume: the same call on the same output directory
     export_job(Path("out"), Path("results.parquet"))
+
+A row's path: inputs.py reads it, requests.py makes its engine request, loop.py runs it,
+results.py builds its result row, outdir/commit.py commits it; status.py and export.py read it back.
 """
 
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.job import JobOutcome, run_job
 from bulkinfer.runner.status import JobStatus, job_status

@@ -1,139 +1,142 @@
-"""Every setting of a job, in one flat dataclass whose field names are the CLI flags and job-file keys."""
+"""Every setting of a job. A job's own settings are declared here; the engine's and sampling's are
+EngineConfig's and SamplingParams' fields. All of them share one flat namespace, `job_settings()`,
+from which the flags, the job-file keys and stats.json are derived.
+
+    config = JobConfig.from_settings(model="ckpt", input=["data/"], output="out", max_tokens=64)
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.rows import TASK_COLUMNS
 from bulkinfer.sampling_params import SamplingParams
+from bulkinfer.settings import Setting, check_choices, construct, setting, settings_of
 
-INPUT_FORMATS = ("parquet", "jsonl")
-OUTPUT_FORMATS = ("parquet", "jsonl")
-EXECUTORS = ("local", "ray")
-TRUNCATE_SIDES = ("left", "right")
-TASKS = tuple(TASK_COLUMNS)
-# SamplingParams fields a job sets for every row (and that per-row columns may override).
-SAMPLING_FIELDS = ("n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logprobs")
+TASKS = ("generate", "score", "choice")
+
+
+def _job_sampling() -> SamplingParams:
+    """SamplingParams with a job's defaults, where they differ from the Python API's."""
+    return SamplingParams(**{s.field: s.default for s in settings_of(SamplingParams)})
 
 
 @dataclass
 class JobConfig:
-    model: str
-    input: list[str]
-    output: str
-    input_format: str | None = None  # None: from each file's extension
+    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.")
+    input: list[str] = setting(help="Input file, directory or glob (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
+                                    "repeat for more.")
+    output: str = setting(help="Output directory; rerunning the same job on it resumes.")
+    input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
+                                             "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.
-    prompt_column: str = "prompt"
-    messages_column: str | None = None
-    system_prompt: str | None = None
-    id_column: str | None = None
-    # SamplingParams field -> input column whose non-null values override the job's setting per row.
-    param_columns: dict[str, str] = field(default_factory=dict)
-    truncate: str | None = None
+    prompt_column: str = setting("prompt", "Column with the prompt text.")
+    messages_column: str | None = setting(None, "Column with chat messages ({role, content} lists), rendered "
+                                                "with the chat template.")
+    system_prompt: str | None = setting(None, "System message added before each row's messages "
+                                              "(with --messages-column).")
+    id_column: str | None = setting(None, "Column that identifies rows (default: none; row_index, the row's "
+                                          "position, does).")
+    param_columns: dict[str, str] = setting(help="PARAM=COLUMN: take a sampling setting (max_tokens, seed, ...) "
+                                                 "from a column per row; repeatable.", factory=dict,
+                                            flag="param-column")
+    truncate: str | None = setting(None, "Cut over-long prompts from the left or right instead of failing those "
+                                         "rows (default: fail).", choices=("left", "right"))
     # What to do with each row: generate text, score a continuation, or pick the likeliest of its choices.
-    task: str = "generate"
-    context_column: str = "context"
-    continuation_column: str = "continuation"
-    choices_column: str = "choices"
-    # Sampling. A job-level seed gives row i the seed `seed + i`, so results do not depend on batching.
-    n: int = 1
-    max_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    logprobs: int | None = None
-    # Engine.
-    dtype: str = "auto"
-    device: str = "auto"
-    max_model_len: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    num_kv_blocks: int | None = None
-    block_size: int = 16
-    enable_prefix_caching: bool = True
-    attention_backend: str = "auto"
-    kv_cache_memory_gb: float | None = None  # None here and below: the engine's default
-    gpu_memory_utilization: float | None = None
-    enforce_eager: bool | None = None
-    tensor_parallel_size: int = 1
+    task: str = setting("generate", "generate, score (logprob of a continuation column) or choice (likeliest "
+                                    "of a choices column).", choices=TASKS)
+    context_column: str = setting("context", "Column with the context text (--task score).")
+    continuation_column: str = setting("continuation", "Column with the continuation to score (--task score).")
+    choices_column: str = setting("choices", "Column with a list of candidate continuations of the prompt "
+                                             "(--task choice).")
     # Output and pacing.
-    output_format: str = "parquet"
-    window_rows: int = 20_000
-    shard_rows: int = 10_000
-    commit_seconds: float = 60.0
-    max_in_flight: int | None = None  # requests kept in the engine; None: 4 x max_num_seqs
-    fail_on_error: bool = False
-    force: bool = False
-    # Scale-out (see runner/parts.py and executors/). Shard None: from SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX.
-    num_shards: int | None = None
-    shard: int | None = None
-    executor: str = "local"
-    ray_address: str | None = None  # None: RAY_ADDRESS, else a new local Ray cluster
-    replicas: int = 1
-    gpus_per_replica: float = 0.0
+    output_format: str = setting("parquet", "Result file format: parquet or jsonl.", choices=("parquet", "jsonl"))
+    window_rows: int = setting(20_000, "Rows read, tokenized and sorted by length at a time.")
+    shard_rows: int = setting(10_000, "Rows per result file.")
+    commit_seconds: float = setting(60.0, "Commit finished rows at least this often, in seconds.")
+    max_in_flight: int | None = setting(None, "Requests kept queued in the engine (default: 4 x max_num_seqs).")
+    fail_on_error: bool = setting(False, "Exit with status 1 when any row has an error.")
+    force: bool = setting(False, "Discard the results of a different job in the output directory and start over.")
+    # Scale-out: shard None takes SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (see shards.py).
+    num_shards: int | None = setting(None, "Split the input into this many disjoint shards, run one per process "
+                                           "(default: 1).")
+    shard: int | None = setting(None, "Which shard this run does, 0..N-1 (default: SLURM_ARRAY_TASK_ID or "
+                                      "JOB_COMPLETION_INDEX).")
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig, metadata={"group": True})
+    sampling: SamplingParams = dataclasses.field(default_factory=_job_sampling, metadata={"group": True})
 
     def __post_init__(self) -> None:
         self._validate()
 
     @classmethod
-    def default_of(cls, name: str) -> Any:
-        """The default of a field, for --help and for merging settings from several places."""
-        spec = next(f for f in dataclasses.fields(cls) if f.name == name)
-        if spec.default_factory is not dataclasses.MISSING:
-            return spec.default_factory()
-        return spec.default
+    def from_settings(cls, **settings: Any) -> JobConfig:
+        """A JobConfig from flat settings (as flags and job files give them); the rest keep their defaults."""
+        by_name = {s.name: s for s in job_settings()}
+        unknown = sorted(set(settings) - set(by_name))
+        if unknown:
+            raise UsageError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+        groups: dict[type, dict[str, Any]] = {cls: {}, EngineConfig: {}, SamplingParams: {}}
+        for name, value in settings.items():
+            groups[by_name[name].owner][by_name[name].field] = value
+        try:
+            engine = construct(EngineConfig, groups[EngineConfig], "engine option")
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad engine setting: {exc}") from None
+        try:
+            sampling = dataclasses.replace(_job_sampling(), **groups[SamplingParams])
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad sampling setting: {exc}") from None
+        missing = [f"--{name}" for name in ("model", "input", "output") if name not in groups[cls]]
+        if missing:
+            raise UsageError(f"missing {', '.join(missing)}")
+        return cls(**groups[cls], engine=engine, sampling=sampling)
 
-    def sampling_params(self) -> SamplingParams:
-        return SamplingParams(**{name: getattr(self, name) for name in SAMPLING_FIELDS})
+    def settings(self) -> dict[str, Any]:
+        """Every setting by its flat name, as a job file would spell it."""
+        owners = {JobConfig: self, EngineConfig: self.engine, SamplingParams: self.sampling}
+        return {s.name: getattr(owners[s.owner], s.field) for s in job_settings()}
 
     @property
     def in_flight_target(self) -> int:
-        return self.max_in_flight or 4 * self.max_num_seqs
+        return self.max_in_flight or 4 * self.engine.max_num_seqs
 
     @property
     def list_outputs(self) -> bool:
         """Generation columns hold one entry per sample when any row may have n > 1."""
-        return self.n > 1 or "n" in self.param_columns
+        return self.sampling.n > 1 or "n" in self.param_columns
 
-    @property
-    def wants_logprobs(self) -> bool:
-        return self.logprobs is not None or "logprobs" in self.param_columns
+    def wants(self, option: str) -> bool:
+        """Whether some row may ask for `option` (logprobs, prompt_logprobs): set for the job or per row."""
+        return getattr(self.sampling, option) is not None or option in self.param_columns
 
     def _validate(self) -> None:
         if not self.input:
             raise UsageError("no input given: pass at least one --input PATH")
-        _check_choice("input_format", self.input_format, INPUT_FORMATS, allow_none=True)
-        _check_choice("output_format", self.output_format, OUTPUT_FORMATS)
-        _check_choice("truncate", self.truncate, TRUNCATE_SIDES, allow_none=True)
-        _check_choice("executor", self.executor, EXECUTORS)
-        _check_choice("task", self.task, TASKS)
-        if self.task != "generate" and self.executor != "local":
-            raise UsageError(f"task {self.task!r} runs with the local executor only")
-        for name in ("window_rows", "shard_rows", "max_num_seqs", "block_size", "replicas", "tensor_parallel_size"):
+        try:
+            check_choices(self)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        for name in ("window_rows", "shard_rows"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.commit_seconds <= 0:
             raise UsageError(f"commit_seconds must be > 0, got {self.commit_seconds}")
         if self.system_prompt is not None and self.messages_column is None:
             raise UsageError("system_prompt needs messages_column: it is added to each row's chat messages")
-        unknown = sorted(set(self.param_columns) - set(SAMPLING_FIELDS))
+        per_row = [s.name for s in settings_of(SamplingParams) if s.per_row]
+        unknown = sorted(set(self.param_columns) - set(per_row))
         if unknown:
             raise UsageError(f"param_columns: {', '.join(unknown)} cannot be set per row; "
-                             f"these can: {', '.join(SAMPLING_FIELDS)}")
-        try:
-            self.sampling_params()
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"bad sampling setting: {exc}") from None
+                             f"these can: {', '.join(per_row)}")
 
 
-def _check_choice(name: str, value: str | None, choices: tuple[str, ...], allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if value not in choices:
-        raise UsageError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+def job_settings() -> list[Setting]:
+    """The flat namespace: the job's own settings, then sampling's (job defaults), then the engine's."""
+    found = [*settings_of(JobConfig), *settings_of(SamplingParams), *settings_of(EngineConfig)]
+    names = [s.name for s in found]
+    clashes = {name for name in names if names.count(name) > 1}
+    assert not clashes, f"settings declared under one name twice: {clashes}"  # a declaration mistake, not a user's
+    return found

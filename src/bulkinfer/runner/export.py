@@ -1,8 +1,8 @@
 """Write a job's results, every row once and in input order, to one Parquet or JSONL file.
 
-Shards hold rows in the order they finished, so export walks the row positions in chunks and, for
-each chunk, reads only the shards whose span overlaps it: memory stays bounded by a chunk and a few
-shards, however large the job.
+Result files hold rows in the order they finished, so export walks the row positions in chunks and,
+for each chunk, reads only the files whose span overlaps it: memory stays bounded by a chunk and a
+few files, however large the job.
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.jsonl_writer import json_line
-from bulkinfer.runner.progress import ShardSpan
-from bulkinfer.runner.rows import ROW_INDEX, result_columns
-from bulkinfer.runner.shards import ShardStore
-from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, FORMAT_SUFFIXES
-from bulkinfer.runner.tables import conform, unified_schema
-from bulkinfer.runner.union import load_union, shards_left
+from bulkinfer.runner.columns import ROW_INDEX, result_columns
+from bulkinfer.runner.inputs import COMPRESSION_SUFFIXES, suffix_format
+from bulkinfer.runner.outdir.ledger import FileSpan
+from bulkinfer.runner.outdir.result_files import ResultFiles, conform, json_line, unified_schema
+from bulkinfer.runner.status import load_union, shards_left
 
-CHUNK_ROWS = 10_000  # rows per ordered slice; with the shards it overlaps, what export holds at once
+CHUNK_ROWS = 10_000  # rows per ordered slice; with the files it overlaps, what export holds at once
 
 
 @dataclass(frozen=True)
@@ -42,8 +40,8 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
         raise UsageError(f"{output}: the job is not complete ({union.rows_done:,} of {union.rows_total:,} rows{left}); "
                          f"run it again to finish it, or pass --partial to export what is done")
     fmt = _destination_format(destination)
-    spans = list(union.spans())
-    schema = unified_schema((store.schema(span.name) for store, span in spans), result_columns(union.task))
+    spans = list(union.result_files())
+    schema = unified_schema((files.schema(span.name) for files, span in spans), result_columns(union.task))
     tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
     rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
     os.replace(tmp, destination)
@@ -51,25 +49,22 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
 
 
 def _destination_format(destination: Path) -> str:
-    name = destination.name.lower()
-    for suffix in COMPRESSION_SUFFIXES:
-        name = name.removesuffix(suffix)
-    fmt = FORMAT_SUFFIXES.get(Path(name).suffix)
+    fmt = suffix_format(destination.name)
     if fmt is None:
         raise UsageError(f"{destination}: name it .parquet or .jsonl (optionally .jsonl.gz or .jsonl.zst)")
-    if fmt == "parquet" and name != destination.name.lower():
+    if fmt == "parquet" and destination.name.lower().endswith(COMPRESSION_SUFFIXES):
         raise UsageError(f"{destination}: Parquet compresses internally; name it .parquet")
     if not destination.parent.is_dir():
         raise UsageError(f"{destination.parent}: no such directory")
     return fmt
 
 
-def _chunks(spans: list[tuple[ShardStore, ShardSpan]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
+def _chunks(spans: list[tuple[ResultFiles, FileSpan]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
     end = max((span.last + 1 for _, span in spans), default=0)
     for start in range(0, end, chunk_rows):
         stop = start + chunk_rows
-        parts = [conform(store.read_range(span.name, start, stop), schema)
-                 for store, span in spans if span.first < stop and span.last >= start]
+        parts = [conform(files.read_range(span.name, start, stop), schema)
+                 for files, span in spans if span.first < stop and span.last >= start]
         if parts:
             table = pa.concat_tables(parts).sort_by(ROW_INDEX)
             _check_unique(table)
@@ -83,7 +78,7 @@ def _check_unique(table: pa.Table) -> None:
     """Exactly once is the job's promise; a repeated row here would mean the ledger was tampered with."""
     positions = table.column(ROW_INDEX)
     if len(positions) > 1 and not pc.all(pc.greater(positions[1:], positions[:-1])).as_py():
-        raise RuntimeError("a row appears twice among the committed shards")
+        raise RuntimeError("a row appears twice among the committed result files")
 
 
 def _write(path: Path, fmt: str, schema: pa.Schema, tables: Iterator[pa.Table]) -> int:

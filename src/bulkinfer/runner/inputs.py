@@ -1,20 +1,47 @@
-"""The job's input files with their row counts, and one ordered stream of rows over all of them."""
+"""Reading a job's input: the user's --input arguments become an ordered list of files, and the files
+one ordered stream of rows, read a batch or a line at a time so the dataset is never loaded whole.
+
+A row's position in that stream, counted from 0 across the files in order, is its identity across
+runs; so the order of files must be stable. A JSONL line that cannot be a row becomes an error row.
+"""
 
 from __future__ import annotations
 
+import glob
+import io
+import json
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, Protocol
 
-from bulkinfer.runner import jsonl_reader, parquet_reader
-from bulkinfer.runner.rows import SourceRow, reserved_columns
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bulkinfer.errors import UsageError
+from bulkinfer.runner.columns import reserved_clash, reserved_columns
+from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.rowset import RowSet
-from bulkinfer.runner.sources import Source
+
+COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".lz4")
+FORMAT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+READ_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path  # absolute
+    format: str  # "parquet" | "jsonl"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
 
 
 @dataclass(frozen=True)
 class InputFile:
+    """An input file as the job recorded it at the start, with its number of rows."""
+
     path: str
     format: str
     size: int
@@ -32,6 +59,35 @@ class InputFile:
         return {key: value for key, value in asdict(self).items() if key != "rows"}
 
 
+@dataclass
+class SourceRow:
+    index: int
+    values: dict[str, Any] | None  # the input columns; None when the row could not be read as an object
+    where: str  # names the row for a person: "data.jsonl line 17", "part-0.parquet row 5"
+    error: str | None = None  # why the row cannot run, when that is known from reading alone
+
+
+class RowsToSkip(Protocol):
+    """Rows a read passes over without parsing them (a RowSet is one)."""
+
+    def __contains__(self, row: int) -> bool: ...
+
+    def contains_all(self, start: int, stop: int) -> bool: ...
+
+
+# ---- files ------------------------------------------------------------------------------------
+
+def resolve_sources(inputs: list[str], input_format: str | None = None) -> list[Source]:
+    """Files in the order given; a directory or glob contributes its data files in sorted order."""
+    sources = [Source(path.resolve(), input_format or _format_of(path)) for spec in inputs for path in _expand(spec)]
+    seen: set[Path] = set()
+    for source in sources:
+        if source.path in seen:
+            raise UsageError(f"{source.path}: given twice as input; each row must be read once")
+        seen.add(source.path)
+    return sources
+
+
 def identity_of(source: Source) -> dict[str, Any]:
     """What says a file is unchanged: path, format, size and modification time."""
     stat = source.path.stat()
@@ -40,32 +96,75 @@ def identity_of(source: Source) -> dict[str, Any]:
 
 def scan_inputs(sources: list[Source]) -> list[InputFile]:
     """Stat and count every file; counting a JSONL file reads it once, which is cheap next to inference."""
-    files = []
+    return [InputFile(**identity_of(source), rows=_count_rows(source)) for source in sources]
+
+
+def check_columns(sources: list[Source], config: JobConfig) -> None:
+    """Refuse, before the model loads, a job whose columns are not in its input. Parquet: the schema.
+    JSONL: the keys of its first objects (a later row lacking one becomes an error row)."""
+    reserved = reserved_columns(config.task)
     for source in sources:
-        reader = parquet_reader if source.format == "parquet" else jsonl_reader
-        files.append(InputFile(**identity_of(source), rows=reader.count_rows(source.path)))
-    return files
+        present = columns_of(source)
+        if present is None:
+            continue  # no line parses at the top of the file: each bad line will get its error row
+        for setting, column in required_columns(config):
+            if column not in present:
+                raise UsageError(f"{source.name}: no column {column!r} (from {setting}); "
+                                 f"its columns are: {', '.join(sorted(present)) or 'none'}")
+        clash = reserved_clash(present, reserved)
+        if clash:
+            raise UsageError(f"{source.name}: column {clash!r} has the name of an output column; "
+                             f"rename it in the input")
 
 
-def read_rows(files: list[InputFile], done: RowSet, batch_rows: int,
-              wanted: range | None = None, task: str = "generate") -> Iterator[SourceRow]:
-    """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across all files.
-    `task` says which column names the output needs for itself (see rows.reserved_columns)."""
+def required_columns(config: JobConfig) -> list[tuple[str, str]]:
+    """(setting, column) pairs that every input must have."""
+    if config.task == "score":
+        needed = [("context_column", config.context_column), ("continuation_column", config.continuation_column)]
+    elif config.task == "choice":
+        needed = [("prompt_column", config.prompt_column), ("choices_column", config.choices_column)]
+    elif config.messages_column:
+        needed = [("messages_column", config.messages_column)]
+    else:
+        needed = [("prompt_column", config.prompt_column)]
+    if config.id_column:
+        needed.append(("id_column", config.id_column))
+    return needed + [(f"param_columns.{param}", column) for param, column in config.param_columns.items()]
+
+
+def columns_of(source: Source) -> set[str] | None:
+    """Parquet: the schema's names. JSONL: the keys of the first objects; None when none of its first lines parses."""
+    if source.format == "parquet":
+        return set(pq.ParquetFile(source.path).schema_arrow.names)
+    return _sample_keys(source.path)
+
+
+# ---- rows -------------------------------------------------------------------------------------
+
+def read_rows(files: list[InputFile], done: RowSet, batch_rows: int, wanted: range | None = None,
+              task: str = "generate") -> Iterator[SourceRow]:
+    """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across
+    all files. `task` says which column names the output needs for itself (see columns.reserved_columns)."""
     reserved = reserved_columns(task)
     skipped = _Skipped(done, wanted if wanted is not None else range(sum(file.rows for file in files)))
     start = 0
     for file in files:
         if not skipped.contains_all(start, start + file.rows):
             if file.format == "parquet":
-                yield from parquet_reader.read_parquet(file.source, start, skipped, batch_rows)
+                yield from _read_parquet(file.source, start, skipped, batch_rows)
             else:
-                yield from jsonl_reader.read_jsonl(file.source, start, skipped, reserved)
+                yield from _read_jsonl(file.source, start, skipped, reserved)
         start += file.rows
 
 
+def windows(rows: Iterable[SourceRow], size: int) -> Iterator[list[SourceRow]]:
+    iterator = iter(rows)
+    while window := list(islice(iterator, size)):
+        yield window
+
+
 class _Skipped:
-    """The rows a read passes over without parsing them: those done, and those outside `wanted`.
-    Offers the two RowSet methods the readers ask."""
+    """The rows a read passes over: those done, and those outside `wanted`."""
 
     def __init__(self, done: RowSet, wanted: range) -> None:
         self.done = done
@@ -79,7 +178,121 @@ class _Skipped:
         return not inside or self.done.contains_all(inside.start, inside.stop)
 
 
-def windows(rows: Iterable[SourceRow], size: int) -> Iterator[list[SourceRow]]:
-    iterator = iter(rows)
-    while window := list(islice(iterator, size)):
-        yield window
+def _read_parquet(source: Source, start: int, skip: RowsToSkip, batch_rows: int) -> Iterator[SourceRow]:
+    """Rows numbered from `start`; a record batch whose rows are all skipped is not even converted."""
+    index = start
+    for batch in pq.ParquetFile(source.path).iter_batches(batch_size=batch_rows):
+        stop = index + batch.num_rows
+        if not skip.contains_all(index, stop):
+            for offset, values in enumerate(batch.to_pylist()):
+                row = index + offset
+                if row not in skip:
+                    yield SourceRow(row, values, f"{source.name} row {row - start + 1}")
+        index = stop
+
+
+def _read_jsonl(source: Source, start: int, skip: RowsToSkip, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
+    """Rows numbered from `start`, skipped ones not even parsed; a row with a key in `reserved`
+    (a name the output needs) becomes an error row."""
+    index = start
+    with _open_lines(source.path) as lines:
+        for line_no, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            if index not in skip:
+                yield _parse_line(raw, index, f"{source.name} line {line_no}", reserved)
+            index += 1
+
+
+def _parse_line(raw: bytes, index: int, where: str, reserved: tuple[str, ...]) -> SourceRow:
+    value, problem = _load_object(raw)
+    if value is not None and (clash := reserved_clash(value.keys(), reserved)):
+        value, problem = None, f"has a key {clash!r}, which is also an output column"
+    return SourceRow(index, value, where, f"{where}: {problem}" if problem else None)
+
+
+def _load_object(raw: bytes) -> tuple[dict | None, str | None]:
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        return None, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at column {exc.colno})"
+    if not isinstance(value, dict):
+        return None, f"expected a JSON object, got {_json_kind(value)}"
+    return value, None
+
+
+def _json_kind(value: object) -> str:
+    kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _open_lines(path: Path) -> IO[bytes]:
+    """A binary line iterator; pyarrow picks the decompressor from the extension (.gz, .zst, ...)."""
+    return io.BufferedReader(pa.input_stream(str(path), compression="detect"), READ_BUFFER)
+
+
+def _count_rows(source: Source) -> int:
+    """Rows the file will yield: Parquet's row count, or the JSONL file's non-blank lines."""
+    if source.format == "parquet":
+        return pq.ParquetFile(source.path).metadata.num_rows
+    with _open_lines(source.path) as lines:
+        return sum(1 for raw in lines if raw.strip())
+
+
+def _sample_keys(path: Path, max_objects: int = 100) -> set[str] | None:
+    keys: set[str] = set()
+    found = 0
+    with _open_lines(path) as lines:
+        for raw in lines:
+            if found >= max_objects:
+                break
+            value = _load_object(raw)[0] if raw.strip() else None
+            if value is not None:
+                keys.update(value)
+                found += 1
+    return keys if found else None
+
+
+# ---- paths ------------------------------------------------------------------------------------
+
+def _expand(spec: str) -> list[Path]:
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and _is_data_file(p))
+        if not found:
+            raise UsageError(f"{spec}: directory holds no .parquet or .jsonl files")
+        return found
+    if glob.has_magic(spec):
+        found = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+        if not found:
+            raise UsageError(f"{spec}: no file matches this pattern")
+        return found
+    raise UsageError(f"{spec}: no such file or directory")
+
+
+def _is_data_file(path: Path) -> bool:
+    hidden = path.name.startswith((".", "_"))
+    return not hidden and suffix_format(path.name) is not None
+
+
+def suffix_format(name: str) -> str | None:
+    """The format a file name says, a compression suffix aside: "parquet", "jsonl" or None."""
+    name = name.lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return FORMAT_SUFFIXES.get(Path(name).suffix)
+
+
+def _format_of(path: Path) -> str:
+    fmt = suffix_format(path.name)
+    if fmt is None:
+        raise UsageError(f"{path}: cannot tell the format from the file name; pass --input-format parquet or jsonl")
+    return fmt

@@ -1,11 +1,16 @@
-"""Turn a row's prompt column, or its chat messages, into the text that gets tokenized."""
+"""What a row asks for: its prompt text (a prompt column, or chat messages rendered with the chat
+template) and its sampling settings (the job's, overridden by the row's param columns)."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any
 
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.sampling_params import SamplingParams
+from bulkinfer.settings import Setting, settings_of
 
 
 class PromptRenderer:
@@ -57,3 +62,66 @@ def _check_messages(column: str, messages: Any) -> None:
         for key in ("role", "content"):
             if not isinstance(message.get(key), str):
                 raise ValueError(f"{column!r} message {number} needs a string {key!r}")
+
+
+class RowSettings:
+    """Each row's SamplingParams: the job's settings, the row's own values from param_columns, its seed."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.base = config.sampling
+        self.job_seed = config.sampling.seed
+        declared = {s.field: s for s in settings_of(SamplingParams)}
+        self.columns = [(declared[param], column) for param, column in config.param_columns.items()]
+
+    def for_row(self, index: int, values: dict[str, Any]) -> SamplingParams:
+        """Raises ValueError with a readable reason when a row's value is unusable."""
+        overrides = {}
+        for setting, column in self.columns:
+            value = values.get(column)
+            if value is not None:
+                overrides[setting.field] = _coerce(setting, column, value)
+        if "seed" not in overrides and self.job_seed is not None:
+            # Seeding per row makes a row's sample independent of which rows shared its batch.
+            overrides["seed"] = self.job_seed + index
+        if not overrides:
+            return self.base
+        try:
+            return dataclasses.replace(self.base, **overrides)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _coerce(setting: Setting, column: str, value: Any) -> Any:
+    """The value as the setting's type wants it: whole floats pass as integers, integers as floats."""
+    for kind in setting.kinds:
+        item = _as(kind, value)
+        if item is not _UNUSABLE:
+            return item
+    wanted = " or ".join(_WANTED.get(kind, str(kind)) for kind in setting.kinds)
+    raise ValueError(f"column {column!r} ({setting.name}) must hold {wanted}, got {value!r}")
+
+
+_UNUSABLE = object()
+_WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+           list[str]: "a list of strings", list[int]: "a list of integers"}
+
+
+def _as(kind: Any, value: Any) -> Any:
+    if kind is bool:
+        return value if isinstance(value, bool) else _UNUSABLE
+    if isinstance(value, bool):  # a boolean is not a number here, whatever Python says
+        return _UNUSABLE
+    if kind is int:
+        return int(value) if _is_int(value) else _UNUSABLE
+    if kind is float:
+        return float(value) if isinstance(value, (int, float)) else _UNUSABLE
+    if kind is str:
+        return value if isinstance(value, str) else _UNUSABLE
+    item = typing.get_args(kind)[0]  # list[str] or list[int]
+    if isinstance(value, list) and all(_as(item, element) is not _UNUSABLE for element in value):
+        return [_as(item, element) for element in value]
+    return _UNUSABLE
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())

@@ -1,73 +1,74 @@
-"""Result shards: each written to a temporary file, fsynced, then renamed into place.
+"""Which shard of the input a run does, when N processes split one job (`--num-shards N --shard I`).
 
-A shard file only counts once the ledger records it; files the ledger does not know (left by a
-crash between rename and ledger append, or mid-write) are deleted on the next start.
+Shard I of N takes the contiguous block of row positions [I*T//N, (I+1)*T//N) of the T input rows.
+T is fixed by the job's input files, so the blocks are disjoint, cover every row, and stay the same
+across resumes. Contiguous blocks (not every N-th row) let each shard skip whole files and let export
+read each result shard for one stretch of positions only.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+import os
+from dataclasses import dataclass
+from typing import Mapping
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import JobConfig
 
-from bulkinfer.durable import publish, sync_dir, sync_file
-from bulkinfer.runner.jsonl_writer import json_line
-from bulkinfer.runner.rows import ROW_INDEX
-from bulkinfer.runner.tables import rows_to_table
-
-EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl"}
+# Kubernetes gives an indexed Job's pods their index but not the count; the manifest passes it here.
+COUNT_VARIABLE = "BULKINFER_NUM_SHARDS"
 
 
-class ShardStore:
-    def __init__(self, directory: Path, fmt: str = "parquet") -> None:
-        self.directory = directory
-        self.format = fmt
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    count: int
 
-    def write(self, seq: int, rows: list[dict[str, Any]]) -> str:
-        """Write rows durably as shard number `seq`; returns the file name to record in the ledger."""
-        name = f"shard-{seq:06d}{EXTENSIONS[self.format]}"
-        tmp = self.directory / f".{name}.tmp"
-        rows = sorted(rows, key=lambda row: row[ROW_INDEX])  # so export's range reads touch few row groups
-        self._write_file(tmp, rows)
-        publish(tmp, self.directory / name)
-        return name
+    @property
+    def whole(self) -> bool:
+        return self.count == 1
 
-    def schema(self, name: str) -> pa.Schema:
-        path = self.directory / name
-        return pq.read_schema(path) if path.suffix == ".parquet" else _read_jsonl(path).schema
+    @property
+    def suffix(self) -> str:
+        """Appended to the names of this shard's files in the output directory; none for a whole job."""
+        return "" if self.whole else f"-{self.index}-of-{self.count}"
 
-    def read_range(self, name: str, start: int, stop: int) -> pa.Table:
-        """The shard's rows with positions in [start, stop)."""
-        path = self.directory / name
-        if path.suffix == ".parquet":
-            return pq.read_table(path, filters=[(ROW_INDEX, ">=", start), (ROW_INDEX, "<", stop)])
-        table = _read_jsonl(path)
-        positions = table.column(ROW_INDEX)
-        return table.filter(pc.and_(pc.greater_equal(positions, start), pc.less(positions, stop)))
+    def rows(self, rows_total: int) -> range:
+        return range(self.index * rows_total // self.count, (self.index + 1) * rows_total // self.count)
 
-    def remove_except(self, committed: set[str]) -> None:
-        """Delete shard and temporary files the ledger does not list."""
-        removed = False
-        for path in self.directory.iterdir():
-            if path.name not in committed:
-                path.unlink()
-                removed = True
-        if removed:
-            sync_dir(self.directory)
-
-    def _write_file(self, path: Path, rows: list[dict[str, Any]]) -> None:
-        with open(path, "wb") as handle:
-            if self.format == "parquet":
-                pq.write_table(rows_to_table(rows), handle)
-            else:
-                handle.writelines(json_line(row) for row in rows)
-            sync_file(handle)
+    def describe(self) -> str:
+        return f"shard {self.index} of {self.count}"
 
 
-def _read_jsonl(path: Path) -> pa.Table:
-    with open(path, "rb") as handle:
-        return rows_to_table([json.loads(line) for line in handle])
+WHOLE = Shard(0, 1)
+
+
+def shard_of(config: JobConfig, environ: Mapping[str, str] = os.environ) -> Shard:
+    """The flags decide; without --shard, a Slurm array task or Kubernetes indexed Job index does."""
+    index, count = config.shard, config.num_shards
+    if index is None and "SLURM_ARRAY_TASK_ID" in environ:
+        index = _int(environ, "SLURM_ARRAY_TASK_ID") - _int(environ, "SLURM_ARRAY_TASK_MIN", 0)
+        count = count or _int(environ, "SLURM_ARRAY_TASK_COUNT", None)
+    elif index is None and "JOB_COMPLETION_INDEX" in environ:
+        index = _int(environ, "JOB_COMPLETION_INDEX")
+        count = count or _int(environ, COUNT_VARIABLE, None)
+    if index is None:
+        if count not in (None, 1):
+            raise UsageError(f"--num-shards {count} needs --shard I (or SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)")
+        return WHOLE
+    if count is None:
+        raise UsageError(f"shard {index} given without the number of shards: pass --num-shards N "
+                         f"(or set {COUNT_VARIABLE})")
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"shard {index} of {count}: the shard must be in 0..{count - 1}")
+    return Shard(index, count)
+
+
+def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    value = environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{name}={value!r} is not a whole number") from None

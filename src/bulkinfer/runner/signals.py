@@ -23,11 +23,6 @@ class StopSignals:
     def requested(self) -> bool:
         return self.received is not None
 
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM)."""
-        return 128 + (self.received or 0)
-
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self  # Python lets only the main thread handle signals; a job run elsewhere has no Ctrl-C stop

@@ -1,12 +1,68 @@
-"""How far a job is, read from its output directory (safe while runs are writing it)."""
+"""Reading a job back: its output directory as status and export see it, the union of its shards' ledgers.
+
+A job run whole has one shard; a job split with --num-shards has one per shard that has started, and
+the shards that have not are named as missing. Safe to read while runs are writing.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from bulkinfer.runner.union import load_union
+from bulkinfer.errors import UsageError
+from bulkinfer.runner.outdir.layout import JobDir, task_of
+from bulkinfer.runner.outdir.ledger import FileSpan, JobProgress, load_progress
+from bulkinfer.runner.outdir.lock import current_holder
+from bulkinfer.runner.outdir.result_files import ResultFiles
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    directory: JobDir
+    rows: range
+    progress: JobProgress
+
+    @property
+    def complete(self) -> bool:
+        return self.progress.rows_done >= len(self.rows)
+
+    def running(self) -> bool:
+        return current_holder(self.directory.lock_path) is not None
+
+
+@dataclass(frozen=True)
+class JobUnion:
+    rows_total: int
+    num_shards: int
+    shards: list[ShardProgress]  # the shards that have started
+    task: str
+
+    @property
+    def rows_done(self) -> int:
+        return sum(shard.progress.rows_done for shard in self.shards)
+
+    @property
+    def rows_failed(self) -> int:
+        return sum(shard.progress.rows_failed for shard in self.shards)
+
+    @property
+    def missing(self) -> list[int]:
+        """Shards that have never started."""
+        started = {shard.directory.shard.index for shard in self.shards}
+        return [index for index in range(self.num_shards) if index not in started]
+
+    @property
+    def unfinished(self) -> list[int]:
+        """Shards that have started and are not done (running or interrupted)."""
+        return [shard.directory.shard.index for shard in self.shards if not shard.complete]
+
+    def result_files(self) -> Iterator[tuple[ResultFiles, FileSpan]]:
+        """Every committed result file, with the folder that reads it."""
+        for shard in self.shards:
+            files = ResultFiles(shard.directory.results_path)
+            for span in shard.progress.files:
+                yield files, span
 
 
 @dataclass(frozen=True)
@@ -31,9 +87,36 @@ def job_status(output: Path) -> JobStatus:
     union = load_union(output)
     if union.rows_done >= union.rows_total:
         state = "complete"
-    elif any(part.running() for part in union.parts):
+    elif any(shard.running() for shard in union.shards):
         state = "running"
     else:
         state = "interrupted"
     return JobStatus(union.rows_total, union.rows_done, union.rows_failed, state, union.num_shards,
                      union.missing, union.unfinished)
+
+
+def load_union(output: Path) -> JobUnion:
+    directories = JobDir(output).siblings()
+    if not directories:
+        raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
+    manifests = [directory.read_manifest() for directory in directories]
+    counts = {directory.shard.count for directory in directories}
+    if len(counts) > 1 or any(manifest["fingerprint"] != manifests[0]["fingerprint"] for manifest in manifests):
+        raise UsageError(f"{output} holds shards of different jobs (or of one job split differently); "
+                         f"export each job from its own directory")
+    rows_total = manifests[0]["rows_total"]
+    shards = [ShardProgress(d, d.shard.rows(rows_total), load_progress(d.ledger_path)) for d in directories]
+    return JobUnion(rows_total, counts.pop(), shards, task_of(manifests[0]["fingerprint"]))
+
+
+def shards_left(num_shards: int, missing: list[int], unfinished: list[int]) -> str:
+    """"; shards never started: 2; shards unfinished: 0, 3" for a split job with shards to do, else ""."""
+    if num_shards == 1:
+        return ""
+    said = [f"never started: {_listed(missing)}" if missing else "",
+            f"unfinished: {_listed(unfinished)}" if unfinished else ""]
+    return "".join(f"; shards {part}" for part in said if part)
+
+
+def _listed(indexes: list[int]) -> str:
+    return ", ".join(map(str, indexes))

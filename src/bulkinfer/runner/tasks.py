@@ -1,21 +1,23 @@
-"""Pick the preparer and result builder for the job's task."""
+"""A job's task, as the loop sees it: how rows become requests, and how outputs become result rows."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.prepare import Preparer
-from bulkinfer.runner.results import ResultBuilder
-from bulkinfer.runner.score_prepare import ScorePreparer
-from bulkinfer.runner.score_results import ScoreResults
+from bulkinfer.runner.requests import GenerateRequests, RequestPreparer, ScoreRequests
+from bulkinfer.runner.results import GenerateResults, ResultRows, ScoreResults
 
 
-def make_preparer(config: JobConfig, tokenizer: Any, max_model_len: int) -> Preparer | ScorePreparer:
+@dataclass
+class Task:
+    prepare: RequestPreparer
+    results: ResultRows
+
+
+def make_task(config: JobConfig, tokenizer: Any, max_model_len: int) -> Task:
+    """generate, or score and choice (prefill-only requests that score continuations)."""
     if config.task == "generate":
-        return Preparer(config, tokenizer, max_model_len)
-    return ScorePreparer(config, tokenizer, max_model_len)
-
-
-def make_results(config: JobConfig) -> ResultBuilder | ScoreResults:
-    return ResultBuilder(config) if config.task == "generate" else ScoreResults(config)
+        return Task(GenerateRequests(config, tokenizer, max_model_len), GenerateResults(config))
+    return Task(ScoreRequests(config, tokenizer, max_model_len), ScoreResults(config))

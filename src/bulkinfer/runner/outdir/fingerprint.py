@@ -7,13 +7,17 @@ only change speed (batch sizes, window sizes) are left out, so they can be tuned
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
-from bulkinfer.models.loader import ModelNotFoundError, resolve_model_path
-from bulkinfer.runner.config import SAMPLING_FIELDS, JobConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.sampling_params import SamplingParams
+from bulkinfer.settings import settings_of
 
+_SAMPLING_DEFAULTS = {s.field: s.default for s in settings_of(SamplingParams)}
 PROMPT_FIELDS = ("prompt_column", "messages_column", "system_prompt", "id_column", "param_columns", "truncate")
 TASK_FIELDS = ("task", "context_column", "continuation_column", "choices_column")
 _SHOWN_CHARS = 60
@@ -24,18 +28,13 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
     return {
         "inputs": inputs,
         **model_identity(config.model),
-        "dtype": config.dtype,
-        "max_model_len": config.max_model_len,
+        "dtype": config.engine.dtype,
+        "max_model_len": config.engine.max_model_len,
         **{name: getattr(config, name) for name in PROMPT_FIELDS},
-        **{name: getattr(config, name) for name in SAMPLING_FIELDS},
+        **dataclasses.asdict(config.sampling),
         # Only for scoring tasks, so generation jobs started before tasks existed still resume.
         **({name: getattr(config, name) for name in TASK_FIELDS} if config.task != "generate" else {}),
     }
-
-
-def task_of(fingerprint: dict[str, Any]) -> str:
-    """The job's task, as job_fingerprint records it: a generation job's fingerprint does not name it."""
-    return fingerprint.get("task", "generate")
 
 
 def model_identity(model: str) -> dict[str, Any]:
@@ -58,8 +57,10 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """One readable phrase per setting that differs."""
     found = _input_differences(old.get("inputs", []), new.get("inputs", []))
     for key in sorted((set(old) | set(new)) - {"inputs"}):
-        if old.get(key) != new.get(key):
-            found.append(f"{key} {_shown(old.get(key))} -> {_shown(new.get(key))}")
+        # A sampling option a stored fingerprint lacks did not exist when it was written: its default held.
+        was = old.get(key, _SAMPLING_DEFAULTS.get(key))
+        if was != new.get(key):
+            found.append(f"{key} {_shown(was)} -> {_shown(new.get(key))}")
     return found
 
 

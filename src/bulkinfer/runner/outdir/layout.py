@@ -1,14 +1,4 @@
-"""The output directory of a job and what lives in it.
-
-    OUT/job.json      the job's fingerprint, input files with row counts, rows_total (written once)
-    OUT/ledger.jsonl  append-only record of committed shards (see ledger.py)
-    OUT/shards/       result shards; only those the ledger lists count
-    OUT/.lock         held by the run writing here (see lock.py)
-
-A job split into N shards (see parts.py) keeps one set of these per shard, named with the shard's
-suffix (`job-2-of-4.json`, `ledger-2-of-4.jsonl`, `shards-2-of-4/`, `.lock-2-of-4`), so the shards
-can run at once on one directory, each with its own lock and ledger, and each resumes on its own.
-"""
+"""Where each of a job's files lives in its output directory, and its manifest, job.json."""
 
 from __future__ import annotations
 
@@ -20,7 +10,7 @@ from typing import Any
 
 from bulkinfer.durable import sync_dir, write_atomic
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.parts import WHOLE, Part
+from bulkinfer.runner.shards import WHOLE, Shard
 
 MANIFEST_VERSION = 1
 _SUFFIX = r"(?:-(\d+)-of-(\d+))?"
@@ -32,13 +22,13 @@ _OUR_NAMES = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl|shards{_
 
 
 class JobDir:
-    def __init__(self, root: Path, part: Part = WHOLE) -> None:
+    def __init__(self, root: Path, shard: Shard = WHOLE) -> None:
         self.root = root
-        self.part = part
-        self.manifest_path = root / f"job{part.suffix}.json"
-        self.ledger_path = root / f"ledger{part.suffix}.jsonl"
-        self.shards_path = root / f"shards{part.suffix}"
-        self.lock_path = root / f".lock{part.suffix}"
+        self.shard = shard
+        self.manifest_path = root / f"job{shard.suffix}.json"
+        self.ledger_path = root / f"ledger{shard.suffix}.jsonl"
+        self.results_path = root / f"shards{shard.suffix}"  # the result files
+        self.lock_path = root / f".lock{shard.suffix}"
 
     def has_job(self) -> bool:
         return self.manifest_path.is_file()
@@ -48,14 +38,14 @@ class JobDir:
         return any(not _OUR_NAMES.fullmatch(path.name) for path in self.root.iterdir())
 
     def siblings(self) -> list[JobDir]:
-        """Every part with a job.json here (this one included, if it has one), in shard order."""
+        """Every shard with a job.json here (this one included, if it has one), in shard order."""
         found = []
         for path in self.root.glob("job*.json"):
             match = _MANIFEST_NAME.fullmatch(path.name)
             if match:
-                part = Part(int(match[1]), int(match[2])) if match[1] else WHOLE
-                found.append(JobDir(self.root, part))
-        return sorted(found, key=lambda directory: (directory.part.count, directory.part.index))
+                shard = Shard(int(match[1]), int(match[2])) if match[1] else WHOLE
+                found.append(JobDir(self.root, shard))
+        return sorted(found, key=lambda directory: (directory.shard.count, directory.shard.index))
 
     def create_root(self) -> None:
         try:
@@ -75,12 +65,17 @@ class JobDir:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self.shards_path.mkdir(exist_ok=True)
+        self.results_path.mkdir(exist_ok=True)
         write_atomic(self.manifest_path, json.dumps({"version": MANIFEST_VERSION, **manifest}, indent=1).encode())
 
     def reset(self) -> None:
-        """Forget the previous job here. The ledger goes first: without it no shard counts any more."""
+        """Forget the previous job here. The ledger goes first: without it no result file counts any more."""
         self.ledger_path.unlink(missing_ok=True)
-        shutil.rmtree(self.shards_path, ignore_errors=True)
+        shutil.rmtree(self.results_path, ignore_errors=True)
         self.manifest_path.unlink(missing_ok=True)
         sync_dir(self.root)
+
+
+def task_of(fingerprint: dict[str, Any]) -> str:
+    """The job's task, as the fingerprint records it: a generation job's fingerprint does not name it."""
+    return fingerprint.get("task", "generate")

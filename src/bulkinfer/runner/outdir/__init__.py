@@ -1,0 +1,25 @@
+"""A job's output directory: the only state a job has, and the reason it can be killed at any instant.
+
+    OUT/job.json      the job's fingerprint, its input files with row counts, rows_total (written once)
+    OUT/ledger.jsonl  append-only record of committed result files: the one source of truth
+    OUT/shards/       result files (shard-000001.parquet, ...); only those the ledger lists count
+    OUT/.lock         held by the run writing here
+    OUT/stats.json    the last run's figures, written by the command line
+
+A job split into N shards keeps one set of these per shard, named with the shard's suffix
+(`job-2-of-4.json`, `ledger-2-of-4.jsonl`, `shards-2-of-4/`, `.lock-2-of-4`), so the shards can run
+at once on one directory, each with its own lock and ledger, and each resumes on its own.
+
+Invariants, kept by writing in this order (commit.py): a result file is written to a temporary
+name, fsynced and renamed into place; only then is its ledger line appended and fsynced. So every
+file the ledger lists exists in full; a file it does not list is left over from a crash and is
+deleted on the next start; a torn last ledger line fails its checksum and is cut off. A row is
+done once its file's ledger line is durable, and no row is in two committed files.
+
+    layout.py        where each file lives; job.json
+    lock.py          one run per directory (or per shard)
+    fingerprint.py   what makes a job this job, compared on every resume
+    result_files.py  rows to Parquet or JSONL files and back
+    ledger.py        the ledger, and what it says is done
+    commit.py        finished rows -> a result file + a ledger line
+"""

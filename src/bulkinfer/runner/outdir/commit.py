@@ -1,0 +1,54 @@
+"""Collect finished rows and commit them as a result file plus a ledger line, by count or by age."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from bulkinfer.runner.columns import ROW_INDEX
+from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, make_commit
+from bulkinfer.runner.outdir.result_files import ResultFiles
+
+
+class Committer:
+    """The age limit bounds what a crash can lose to `commit_seconds` of work; the count limit bounds memory."""
+
+    def __init__(self, files: ResultFiles, ledger: Ledger, progress: JobProgress, max_rows: int,
+                 commit_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.files = files
+        self.ledger = ledger
+        self.progress = progress
+        self.max_rows = max_rows
+        self.commit_seconds = commit_seconds
+        self.clock = clock
+        self._rows: list[dict[str, Any]] = []
+        self._errors = 0
+        self._since = clock()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._rows)
+
+    @property
+    def buffered_errors(self) -> int:
+        return self._errors
+
+    def add(self, row: dict[str, Any]) -> None:
+        self._rows.append(row)
+        self._errors += row["error"] is not None
+
+    def commit_if_due(self) -> None:
+        if len(self._rows) >= self.max_rows or self.clock() - self._since >= self.commit_seconds:
+            self.commit()
+
+    def commit(self) -> None:
+        """The file first, then the ledger line: a crash between the two only leaves an orphan file."""
+        self._since = self.clock()
+        if not self._rows:
+            return
+        seq = self.progress.next_seq
+        name = self.files.write(seq, self._rows)
+        commit = make_commit(seq, name, [row[ROW_INDEX] for row in self._rows], self._errors)
+        self.ledger.append(commit)
+        self.progress.record(commit)
+        self._rows, self._errors = [], 0
