@@ -109,6 +109,41 @@ def construct(cls: type, values: dict[str, Any], what: str) -> Any:
     return cls(**values)
 
 
+def coerce(setting: Setting, value: Any) -> Any:
+    """A value from typed data (a JSON column, lm-eval's parsed model_args) as the setting's type wants
+    it: whole floats pass as integers, integers as floats, one item as a one-item list. Raises
+    ValueError naming what was wanted."""
+    for kind in setting.kinds:
+        converted = _as(kind, value)
+        if converted is _UNUSABLE and typing.get_origin(kind) is list:
+            converted = _as(kind, [value])
+        if converted is not _UNUSABLE:
+            return converted
+    raise ValueError(f"must be {' or '.join(_WANTED.get(kind, str(kind)) for kind in setting.kinds)}, got {value!r}")
+
+
+_UNUSABLE = object()
+_WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+           list[str]: "a list of strings", list[int]: "a list of integers"}
+
+
+def _as(kind: Any, value: Any) -> Any:
+    if kind is bool:
+        return value if isinstance(value, bool) else _UNUSABLE
+    if isinstance(value, bool):  # a boolean is not a number here, whatever Python says
+        return _UNUSABLE
+    if kind is int:
+        return int(value) if isinstance(value, int) or (isinstance(value, float) and value.is_integer()) else _UNUSABLE
+    if kind is float:
+        return float(value) if isinstance(value, (int, float)) else _UNUSABLE
+    if kind is str:
+        return value if isinstance(value, str) else _UNUSABLE
+    if typing.get_origin(kind) is list and isinstance(value, list):
+        items = [_as(typing.get_args(kind)[0], item) for item in value]
+        return _UNUSABLE if _UNUSABLE in items else items
+    return _UNUSABLE
+
+
 def non_none_args(hint: Any) -> list[Any]:
     """The members of a union other than None; a plain type alone."""
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)

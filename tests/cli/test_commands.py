@@ -45,6 +45,7 @@ def test_inspect_mistakes_are_one_line(capsys, arguments: list[str], message: st
     assert message in one_line_error(*invoke(capsys, "inspect", *arguments)[::2])
 
 
+@pytest.mark.slow
 def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "3",
                             "--compare", "bulkinfer", "--output", tmp_path / "bench.json")
@@ -55,6 +56,7 @@ def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> 
     assert report["decode_step"]["vs_floor"] > 0 and report["decode_step"]["copy_gb_s"] > 0
 
 
+@pytest.mark.slow
 def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "6",
                             "--compare", "continuous", "--output", tmp_path / "bench.json")

@@ -14,6 +14,8 @@ from lm_eval.api.registry import get_model  # noqa: E402
 from bulkinfer.integrations.lm_eval_cli import lm_eval_main  # noqa: E402
 from harness_tasks import write_tasks  # noqa: E402
 
+pytestmark = pytest.mark.slow  # lm_eval's whole command line
+
 
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory):

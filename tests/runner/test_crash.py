@@ -15,6 +15,8 @@ from bulkinfer.runner.outdir.ledger import load_progress
 from runner_files import prompts, read_results, write_jsonl
 from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
+pytestmark = pytest.mark.slow  # processes killed with SIGKILL, then resumed, many times
+
 ROWS = 128
 
 

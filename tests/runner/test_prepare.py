@@ -97,7 +97,7 @@ def test_per_row_settings_and_seeds(tokenizer) -> None:
     assert (params[0].max_tokens, params[0].temperature, params[0].seed) == (3, 1.0, 100)
     assert (params[1].max_tokens, params[1].temperature, params[1].seed) == (5, 0.0, 101)
     assert _errors(prepared) == {
-        2: "in.jsonl line 3: column 'budget' (max_tokens) must hold an integer, got 'lots'",
+        2: "in.jsonl line 3: column 'budget' (max_tokens) must be an integer, got 'lots'",
         3: "in.jsonl line 4: max_tokens must be >= 1, got -1",
     }
 

@@ -13,6 +13,8 @@ from bulkinfer.runner import JobConfig, UsageError, export_job, run_job
 from bulkinfer.runner.outdir.ledger import read_commits
 from runner_files import prompts, read_results, write_jsonl, write_parquet
 
+pytestmark = pytest.mark.slow  # starts a local Ray cluster
+
 SETTINGS = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=6, shard_rows=5)
 
 

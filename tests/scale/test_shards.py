@@ -77,6 +77,7 @@ def test_bad_shard_settings_are_usage_errors(tmp_path: Path, environ: dict, flag
         shard_of(config, environ)
 
 
+@pytest.mark.slow
 def test_concurrent_shards_add_up_to_a_plain_run(tmp_path: Path, tiny_llama: Path, data: list[Path]) -> None:
     run_job(_config(tiny_llama, data, tmp_path / "plain"))
     out = tmp_path / "sharded"

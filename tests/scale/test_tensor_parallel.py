@@ -16,6 +16,8 @@ from bulkinfer.runner import JobConfig, export_job, job_status, run_job
 from runner_files import prompts, read_results, write_jsonl
 from subprocess_job import commits, wait_for
 
+pytestmark = pytest.mark.slow  # spawns rank processes with a process group each
+
 PROMPTS = [[5, 6, 7], list(range(10, 40)), list(range(50, 67)), list(range(100, 190))]
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=3)
 # A small step budget, so prompts are prefilled in chunks alongside other sequences' decodes.

@@ -16,6 +16,9 @@ import torch
 from bulkinfer.bench.decode_floor import DecodeProbe, probe_decode
 from bulkinfer.bench.workloads import BenchRequest
 from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
+from bulkinfer.engine.llm import LLM
+from bulkinfer.kernels.paged_attention_cpu import MIN_KEYS
+from bulkinfer.sampling_params import SamplingParams
 
 STATIC_BATCH = 16
 
@@ -30,8 +33,6 @@ class Timing:
 
 
 def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, **engine_args) -> Timing:
-    from bulkinfer import LLM, SamplingParams
-
     llm = LLM(str(path), **engine_args)
     params = [SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=temperature, ignore_eos=True, seed=i)
               for i, r in enumerate(requests)]
@@ -52,9 +53,6 @@ def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, 
 def _warm_up(llm, tokens: list[int]) -> None:
     """One decode step big enough for the CPU's compiled attention, so its one-time compile (like
     CUDA graph capture on a GPU) falls outside the timing. Copies of one prompt: one prefill."""
-    from bulkinfer import SamplingParams
-    from bulkinfer.kernels.paged_attention_cpu import MIN_KEYS
-
     rows = 32
     prompt = (tokens * (MIN_KEYS // len(tokens) + 1))[:MIN_KEYS // rows + 1]
     llm.generate([prompt] * rows, SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         message = str(exc) if isinstance(exc, UsageError) else exc.format_message()
         print(f"bulkinfer: error: {message}", file=sys.stderr)
         sys.exit(2)
-    except typer.Abort:  # Ctrl-C outside a job, e.g. while typer parses
+    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside a job: while starting up, or in another command
+        print("bulkinfer: interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -21,6 +21,7 @@ from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
 from bulkinfer.runner.config import JobConfig, job_settings
 from bulkinfer.runner.job import JobOutcome, run_job
 from bulkinfer.runner.shards import shard_of
+from bulkinfer.runner.signals import StopSignals
 from bulkinfer.settings import Setting, setting, settings_of
 
 
@@ -50,14 +51,17 @@ def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
     config = JobConfig.from_settings(**settings)
     executor = RayExecutor(ray) if command.executor == "ray" else None
     started = time.monotonic()
-    with ProgressDisplay(live=sys.stderr.isatty()) as display:
-        outcome = run_job(config, reporter=display, executor=executor)
-    if display.last is not None:  # the engine ran; a job that was already complete keeps its stats.json
-        stats = run_stats(config, outcome, display.last, time.monotonic() - started, command.hourly_cost)
-        stats["settings"].update({**asdict(command), **asdict(ray)})
-        _report(config, outcome, stats)
-    _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if command.format == "openai-batch"
-                 else "RESULTS.parquet")
+    # Once a first signal has asked the job to stop, a second exits at once until the command ends,
+    # while the summary is written too.
+    with StopSignals() as signals:
+        with ProgressDisplay(live=sys.stderr.isatty()) as display:
+            outcome = run_job(config, reporter=display, executor=executor, signals=signals)
+        if display.last is not None:  # the engine ran; a job that was already complete keeps its stats.json
+            stats = run_stats(config, outcome, display.last, time.monotonic() - started, command.hourly_cost)
+            stats["settings"].update({**asdict(command), **asdict(ray)})
+            _report(config, outcome, stats)
+        _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if command.format == "openai-batch"
+                     else "RESULTS.parquet")
     if outcome.stopped_by is not None and not outcome.complete:
         return 128 + outcome.stopped_by
     if not outcome.complete:

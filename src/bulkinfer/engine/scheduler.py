@@ -25,10 +25,6 @@ class ScheduledBatch:
         self.seqs.append(seq)
         self.num_new_tokens.append(num_new)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.num_new_tokens)
-
     def __bool__(self) -> bool:
         return bool(self.seqs)
 
@@ -44,9 +40,6 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()

@@ -13,7 +13,7 @@ from typing import Any
 
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.sampling_params import SamplingParams
-from bulkinfer.settings import Setting, settings_of
+from bulkinfer.settings import Setting, coerce, settings_of
 
 # The backend's own model_args, beside the engine and sampling options (see BulkinferLM).
 BACKEND_ARGS = ("pretrained", "max_length", "add_bos_token", "prefix_token_id", "max_gen_toks")
@@ -54,7 +54,13 @@ def generation_defaults(model_args: dict[str, Any], max_gen_toks: int | None) ->
     """The sampling options model_args give, as defaults for every generate_until request.
     max_tokens is hf's max_gen_toks under the job files' name."""
     sampling = _named(SamplingParams)
-    defaults = {sampling[name].field: value for name, value in model_args.items() if name in sampling}
+    defaults = {}
+    for name, value in model_args.items():
+        if name in sampling:
+            try:
+                defaults[sampling[name].field] = coerce(sampling[name], value)
+            except ValueError as exc:
+                raise ModelArgsError(f"model_args {name} {exc}") from None
     if max_gen_toks is not None:
         if defaults.setdefault("max_tokens", max_gen_toks) != max_gen_toks:
             raise ModelArgsError("max_gen_toks and max_tokens name the same setting; give one of them")

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bulkinfer.sampling_params import SamplingParams
+from bulkinfer.settings import settings_of
+
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
-# Sampling settings of each body; the request table holds them as body_<param> columns (null: the job's setting).
-SAMPLING_PARAMS = ("max_tokens", "temperature", "top_p", "seed", "stop", "n", "logprobs")
+# Every sampling option a body may set, by SamplingParams' names (as vLLM's server takes them, top_k and the
+# like included); the request table holds them as body_<param> columns (null: the job's setting).
+SAMPLING_PARAMS = tuple(s.field for s in settings_of(SamplingParams) if s.per_row)
+_FLOATS = {s.field for s in settings_of(SamplingParams) if s.kinds == (float,)}
 COLUMNS = ("custom_id", "url", "body_model", "messages", "prompt", "batch_error",
            *(f"body_{param}" for param in SAMPLING_PARAMS))
 
@@ -94,15 +99,13 @@ def _prompt(body: dict[str, Any]) -> str:
 
 
 def _sampling(body: dict[str, Any], chat: bool) -> dict[str, Any]:
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
-    stop = body.get("stop")
-    if chat:  # chat: logprobs is a flag and top_logprobs the number of alternatives
-        logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
-    else:
-        logprobs = body.get("logprobs")
-    temperature, top_p = body.get("temperature"), body.get("top_p")
-    return {"max_tokens": max_tokens, "seed": body.get("seed"), "n": body.get("n"), "logprobs": logprobs,
-            # JSON numbers like 1 must still read back as floats, so the column has one type.
-            "temperature": float(temperature) if isinstance(temperature, (int, float)) else temperature,
-            "top_p": float(top_p) if isinstance(top_p, (int, float)) else top_p,
-            "stop": [stop] if isinstance(stop, str) else stop}
+    values = {param: body.get(param) for param in SAMPLING_PARAMS}
+    for param in _FLOATS:  # JSON numbers like 1 must still read back as floats, so the column has one type
+        if isinstance(values[param], int) and not isinstance(values[param], bool):
+            values[param] = float(values[param])
+    if isinstance(values["stop"], str):
+        values["stop"] = [values["stop"]]
+    if chat:  # chat's own names: max_completion_tokens, and logprobs as a flag with top_logprobs alternatives
+        values["max_tokens"] = body.get("max_completion_tokens", values["max_tokens"])
+        values["logprobs"] = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+    return values

@@ -94,20 +94,31 @@ class Executor(Protocol):
                  reporter: Reporter | None) -> None: ...
 
 
-def run_job(config: JobConfig, reporter: Reporter | None = None, executor: Executor | None = None) -> JobOutcome:
-    """Raises UsageError for the user's mistakes, before the model loads wherever they can be found then."""
+def run_job(config: JobConfig, reporter: Reporter | None = None, executor: Executor | None = None,
+            signals: StopSignals | None = None) -> JobOutcome:
+    """Raises UsageError for the user's mistakes, before the model loads wherever they can be found then.
+
+    Ctrl-C and SIGTERM stop the job cleanly (a second one exits at once) while it runs; pass `signals`,
+    already entered, to keep that so over a longer stretch, as the command line does up to its exit.
+    """
     executor = executor or LocalExecutor()
     executor.check(config)
-    with StopSignals() as signals:
-        job = open_job(config)
-        try:
-            rows_at_start = job.progress.rows_done
-            if rows_at_start < job.rows_total and not signals.requested:
-                executor(config, job, lambda: signals.requested, reporter)
-            return JobOutcome(job.directory.root, job.rows_total, job.progress.rows_done,
-                              job.progress.rows_failed, rows_at_start, signals.received)
-        finally:
-            job.close()
+    if signals is None:
+        with StopSignals() as signals:
+            return _run(config, reporter, executor, signals)
+    return _run(config, reporter, executor, signals)
+
+
+def _run(config: JobConfig, reporter: Reporter | None, executor: Executor, signals: StopSignals) -> JobOutcome:
+    job = open_job(config)
+    try:
+        rows_at_start = job.progress.rows_done
+        if rows_at_start < job.rows_total and not signals.requested:
+            executor(config, job, lambda: signals.requested, reporter)
+        return JobOutcome(job.directory.root, job.rows_total, job.progress.rows_done,
+                          job.progress.rows_failed, rows_at_start, signals.received)
+    finally:
+        job.close()
 
 
 def load_llm(config: JobConfig) -> LLM:

@@ -4,13 +4,12 @@ template) and its sampling settings (the job's, overridden by the row's param co
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.sampling_params import SamplingParams
-from bulkinfer.settings import Setting, settings_of
+from bulkinfer.settings import coerce, settings_of
 
 
 class PromptRenderer:
@@ -79,7 +78,10 @@ class RowSettings:
         for setting, column in self.columns:
             value = values.get(column)
             if value is not None:
-                overrides[setting.field] = _coerce(setting, column, value)
+                try:
+                    overrides[setting.field] = coerce(setting, value)
+                except ValueError as exc:
+                    raise ValueError(f"column {column!r} ({setting.name}) {exc}") from None
         if "seed" not in overrides and self.job_seed is not None:
             # Seeding per row makes a row's sample independent of which rows shared its batch.
             overrides["seed"] = self.job_seed + index
@@ -89,39 +91,3 @@ class RowSettings:
             return dataclasses.replace(self.base, **overrides)
         except (TypeError, ValueError) as exc:
             raise ValueError(str(exc)) from None
-
-
-def _coerce(setting: Setting, column: str, value: Any) -> Any:
-    """The value as the setting's type wants it: whole floats pass as integers, integers as floats."""
-    for kind in setting.kinds:
-        item = _as(kind, value)
-        if item is not _UNUSABLE:
-            return item
-    wanted = " or ".join(_WANTED.get(kind, str(kind)) for kind in setting.kinds)
-    raise ValueError(f"column {column!r} ({setting.name}) must hold {wanted}, got {value!r}")
-
-
-_UNUSABLE = object()
-_WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-           list[str]: "a list of strings", list[int]: "a list of integers"}
-
-
-def _as(kind: Any, value: Any) -> Any:
-    if kind is bool:
-        return value if isinstance(value, bool) else _UNUSABLE
-    if isinstance(value, bool):  # a boolean is not a number here, whatever Python says
-        return _UNUSABLE
-    if kind is int:
-        return int(value) if _is_int(value) else _UNUSABLE
-    if kind is float:
-        return float(value) if isinstance(value, (int, float)) else _UNUSABLE
-    if kind is str:
-        return value if isinstance(value, str) else _UNUSABLE
-    item = typing.get_args(kind)[0]  # list[str] or list[int]
-    if isinstance(value, list) and all(_as(item, element) is not _UNUSABLE for element in value):
-        return [_as(item, element) for element in value]
-    return _UNUSABLE
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
