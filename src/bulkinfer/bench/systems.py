@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,11 @@ def _warm_up(llm, tokens: list[int]) -> None:
 
 def _hf_model(path: Path, dtype: torch.dtype, device: torch.device):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per load says nothing about the benchmark
+    # Its continuous batching asks for psutil on the CPU, to report memory it does not need.
+    logging.getLogger("transformers.generation.continuous_batching").setLevel(logging.CRITICAL)
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import typer
@@ -31,6 +32,8 @@ app.command("lm-eval", help="lm-evaluation-harness with the bulkinfer backend; e
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: a user's mistake prints one line, with no traceback, and exits 2."""
+    # Said by TorchInductor's first CPU compile on any machine with a CUDA toolkit and no GPU; not our user's concern.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="bulkinfer", standalone_mode=False)

@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM: the first asks the job to stop cleanly, a second one exits at once.
 
 Exiting at once is safe: anything not yet in the ledger is redone on resume, and a half-written
-shard or ledger line is cleaned up then.
+result file or ledger line is cleaned up then.
 """
 
 from __future__ import annotations
