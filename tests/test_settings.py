@@ -6,6 +6,8 @@ around them."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -130,3 +132,9 @@ def test_the_engine_is_given_every_option_of_the_job():
 def _lm_eval_model_args(text: str) -> dict[str, Any]:
     lm_eval_utils = pytest.importorskip("lm_eval.utils")
     return lm_eval_utils.simple_parse_args_string(text)
+
+
+def test_the_settings_reference_is_current():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "settings_reference.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -44,7 +44,8 @@ class Setting:
     field: str  # on its dataclass
     owner: type
     hint: Any  # the field's type, with Optional kept
-    default: Any  # _NO_DEFAULT when the setting is required
+    default: Any  # a job's default; _NO_DEFAULT when the setting is required
+    field_default: Any  # the dataclass's own default, for the Python API
     help: str
     choices: tuple[str, ...] | None
     flag: str | None
@@ -90,12 +91,11 @@ def settings_of(cls: type) -> list[Setting]:
         if not spec.init or spec.metadata.get("group"):  # a group holds another class's settings
             continue
         meta = spec.metadata
+        own = spec.default_factory() if spec.default_factory is not _NO_DEFAULT else spec.default
         default = meta.get("job_default", _NO_DEFAULT)
-        if default is _NO_DEFAULT:
-            default = spec.default_factory() if spec.default_factory is not _NO_DEFAULT else spec.default
-        found.append(Setting(meta.get("name") or spec.name, spec.name, cls, hints[spec.name], default,
-                             meta.get("help", ""), meta.get("choices"), meta.get("flag"),
-                             meta.get("per_row", True)))
+        found.append(Setting(meta.get("name") or spec.name, spec.name, cls, hints[spec.name],
+                             own if default is _NO_DEFAULT else default, own, meta.get("help", ""),
+                             meta.get("choices"), meta.get("flag"), meta.get("per_row", True)))
     return found
 
 
