@@ -40,7 +40,7 @@ def _arm(point: str, nth: int) -> None:
     def ledger_append(self, commit):
         if is_nth():
             if point == "ledger-write":
-                line = ledger._encode(commit)
+                line = ledger._encode("commit", ledger._on_disk(commit))
                 self._handle.write(line[: len(line) // 2])
                 self._handle.flush()
             _die()

@@ -9,6 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bulkinfer.runner.outdir.ledger import Commit, read_records
+
 
 def write_jsonl(path: Path, rows: list[Any], blank_every: int = 0) -> Path:
     """Rows may be dicts (written as JSON) or bytes/str (written as the raw line)."""
@@ -45,3 +47,8 @@ def prompts(count: int) -> list[dict[str, Any]]:
         body = " ".join(words[(i + k) % len(words)] for k in range(1 + i % 7))
         rows.append({"prompt": f"{prefix}{body} {i}", "k": i})
     return rows
+
+
+def committed(ledger: Path) -> list[Commit]:
+    """Every commit record of a ledger, in order, voided ones included."""
+    return [record for record in read_records(ledger) if isinstance(record, Commit)]

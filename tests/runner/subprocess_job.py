@@ -7,9 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from bulkinfer.runner.outdir.ledger import read_commits
 from bulkinfer.runner.outdir.ledger import load_progress
-from bulkinfer.runner.rowset import RowSet
+from runner_files import committed
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 # Small windows and shards, so that even a short job crosses many window and commit boundaries.
@@ -25,7 +24,7 @@ def start(model: Path, data: Path, out: Path, point: str = "none", nth: int = 0)
 
 def commits(out: Path) -> int:
     try:
-        return sum(1 for _ in read_commits(out / "ledger.jsonl"))
+        return len(committed(out / "ledger.jsonl"))
     except FileNotFoundError:
         return 0
 
@@ -43,7 +42,8 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 120.0) -> bo
 
 
 def assert_consistent(out: Path) -> None:
-    """What a crash may leave: every ledger shard exists, and no row is committed twice."""
-    progress = load_progress(out / "ledger.jsonl", RowSet())
-    for span in progress.files:
-        assert (out / "shards" / span.name).is_file()
+    """What a crash may leave: every committed file exists, and no row is committed twice."""
+    progress = load_progress(out / "ledger.jsonl")
+    progress.done_rows()  # raises if a row is committed twice
+    for commit in progress.files:
+        assert (out / "shards" / commit.file).is_file()

@@ -85,7 +85,7 @@ def test_sigkill_at_the_worst_points_of_a_commit(tmp_path: Path, data: Path, tin
         assert process.returncode == -signal.SIGKILL, point
         assert_consistent(out)
         leftovers = {path.name for path in (out / "shards").iterdir()}
-        unlisted = leftovers - {span.name for span in load_progress(out / "ledger.jsonl").files}
+        unlisted = leftovers - {commit.file for commit in load_progress(out / "ledger.jsonl").files}
         if point == "shard-write":
             assert any(name.endswith(".tmp") for name in unlisted)
         else:  # the shard is in place but the ledger does not (fully) list it

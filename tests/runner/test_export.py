@@ -7,9 +7,10 @@ import pytest
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
-from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.runner.outdir.layout import JobDir, new_manifest
 from bulkinfer.runner.outdir.ledger import Ledger, make_commit
 from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.shards import WHOLE
 from runner_files import read_results
 
 
@@ -23,12 +24,12 @@ def _job(root: Path, shards: list[list[int]], rows_total: int, fmt: str = "parqu
     """A job directory whose ledger commits the given shards (lists of row positions)."""
     directory = JobDir(root)
     directory.create_root()
-    directory.write_manifest({"fingerprint": {}, "inputs": [], "rows_total": rows_total, "created": "now"})
+    directory.write_manifest(new_manifest({}, [], rows_total, WHOLE))
     store, ledger = ResultFiles(directory.results_path, fmt), Ledger(directory.ledger_path)
     for seq, rows in enumerate(shards, 1):
         results = [_result(i) for i in rows]
-        name = store.write(seq, results)
-        ledger.append(make_commit(seq, name, rows, sum(r["error"] is not None for r in results)))
+        written = store.write(seq, results)
+        ledger.append(make_commit(seq, written.name, rows, written.errors, written.size, written.digest))
     ledger.close()
     return root
 

@@ -9,7 +9,8 @@ import pytest
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.outdir.ledger import make_commit
-from bulkinfer.runner.job import open_job
+from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.open_job import open_job
 from bulkinfer.runner.status import job_status
 from runner_files import write_jsonl, write_parquet
 
@@ -25,7 +26,9 @@ def _config(tmp_path: Path, model: Path, **settings) -> JobConfig:
 def test_a_new_job_records_its_inputs_and_resume_finds_them(tmp_path: Path, tiny_llama: Path) -> None:
     job = open_job(_config(tmp_path, tiny_llama))
     assert job.rows_total == 5 and len(job.done) == 0
-    job.ledger.append(make_commit(1, "shard-000001.parquet", [1, 3], 0))
+    written = ResultFiles(job.directory.results_path).write(1, [{"row_index": 1, "error": None},
+                                                               {"row_index": 3, "error": None}])
+    job.ledger.append(make_commit(1, written.name, [1, 3], 0, written.size, written.digest))
     job.close()
     manifest = json.loads((tmp_path / "out" / "job.json").read_text())
     assert manifest["rows_total"] == 5 and manifest["inputs"][0]["rows"] == 5

@@ -10,8 +10,7 @@ import pytest
 from bulkinfer.cli import main
 from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
 from bulkinfer.runner import JobConfig, UsageError, export_job, run_job
-from bulkinfer.runner.outdir.ledger import read_commits
-from runner_files import prompts, read_results, write_jsonl, write_parquet
+from runner_files import committed, prompts, read_results, write_jsonl, write_parquet
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
@@ -49,18 +48,18 @@ def test_a_ray_job_equals_a_local_one_and_resumes(ray_cluster, tmp_path: Path, t
     assert (outcome.rows_done, outcome.rows_failed) == (21, 1)
     assert _exported(out) == plain
 
-    # Keep only the first commit, as if the driver had died after it; the rerun does the rest.
+    # Keep only the job record and the first commit, as if the driver had died after it; the rerun does the rest.
     ledger = out / "ledger.jsonl"
-    kept = ledger.read_bytes().splitlines(keepends=True)[0]
-    ledger.write_bytes(kept)
-    first = next(read_commits(ledger)).rows
+    kept = ledger.read_bytes().splitlines(keepends=True)[:2]
+    ledger.write_bytes(b"".join(kept))
+    first = committed(ledger)[0].rows
     flags = ["--model", str(tiny_llama), "--output", str(out), "--executor", "ray", "--replicas", "1"]
     flags += [part for path in data for part in ("--input", path)]
     flags += [part for name, value in SETTINGS.items() for part in ("--" + name.replace("_", "-"), str(value))]
     with pytest.raises(SystemExit) as exited:
         main(["run", *flags])
     assert exited.value.code == 0
-    assert sum(commit.rows for commit in read_commits(ledger)) == 21 and first < 21
+    assert sum(commit.rows for commit in committed(ledger)) == 21 and first < 21
     assert _exported(out) == plain
 
 

@@ -12,7 +12,7 @@ from bulkinfer.cli.export import export_command, status_command
 from bulkinfer.cli.inspect_input import inspect_command
 from bulkinfer.cli.lm_eval import LM_EVAL_SETTINGS, lm_eval_command
 from bulkinfer.cli.run import run_command
-from bulkinfer.errors import UsageError
+from bulkinfer.errors import RunError, UsageError
 
 # Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
 CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
@@ -31,9 +31,9 @@ app.command("lm-eval", help="lm-evaluation-harness with the bulkinfer backend; e
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: a user's mistake prints one line, with no traceback, and exits 2."""
-    # Said by TorchInductor's first CPU compile on any machine with a CUDA toolkit and no GPU; not our user's concern.
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    """Entry point: a user's mistake prints one line, with no traceback, and exits 2; a job that cannot go
+    on (a full disk, a lost lock) one line and exit 1."""
+    _log_to_stderr()
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="bulkinfer", standalone_mode=False)
@@ -41,7 +41,22 @@ def main(argv: list[str] | None = None) -> None:
         message = str(exc) if isinstance(exc, UsageError) else exc.format_message()
         print(f"bulkinfer: error: {message}", file=sys.stderr)
         sys.exit(2)
+    except RunError as exc:
+        print(f"bulkinfer: error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside a job: while starting up, or in another command
         print("bulkinfer: interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _log_to_stderr() -> None:
+    """The library's warnings (a repaired file, an empty input) as `bulkinfer: ...` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("bulkinfer: %(message)s"))
+    library = logging.getLogger("bulkinfer")
+    library.handlers[:] = [handler]
+    library.setLevel(logging.INFO)
+    library.propagate = False
+    # Said by TorchInductor's first CPU compile on any machine with a CUDA toolkit and no GPU; not our user's concern.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)

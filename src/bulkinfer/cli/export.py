@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from bulkinfer.cli.batch_format import check_format
-from bulkinfer.openai_batch import export_openai_batch
+from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status, shards_left
 
@@ -18,10 +19,12 @@ def export_command(
     output: Path = typer.Argument(..., help="The job's output directory."),
     file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst."),
     partial: bool = typer.Option(False, "--partial", help="Export the rows done so far of an unfinished job."),
-    format: str = typer.Option("rows", "--format", help="rows (every column) or openai-batch (OpenAI Batch API "
-                                                        "output lines, for a job run with --format openai-batch)."),
+    format: Optional[str] = typer.Option(None, "--format", show_default=False,
+                                         help="rows (every column) or openai-batch (OpenAI Batch API output "
+                                              "lines) (default: openai-batch for a job run with --format "
+                                              "openai-batch, else rows)."),
 ) -> int:
-    if check_format(format) == "openai-batch":
+    if check_format(format or ("openai-batch" if is_batch_job(output) else "rows")) == "openai-batch":
         result = export_openai_batch(output, file, partial=partial)
     else:
         result = export_job(output, file, partial=partial)
@@ -32,13 +35,22 @@ def export_command(
 def status_command(
     output: Path = typer.Argument(..., help="The job's output directory."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a sentence."),
+    verify: bool = typer.Option(False, "--verify", help="Also check every result file's bytes and rows against "
+                                                        "the ledger (reads them all); exit 1 if any is damaged."),
 ) -> int:
-    status = job_status(output)
+    """Result files are always checked for presence and size."""
+    status = job_status(output, verify=verify)
     if as_json:
         print(json.dumps(status.to_json()))
     else:
         left = shards_left(status.num_shards, status.missing_shards, status.unfinished_shards)
         print(f"{status.state}: {status.rows_done:,} of {status.rows_total:,} rows done, "
               f"{status.rows_failed:,} with errors{left}")
-    return 0
+        for damage in status.damaged:
+            print(f"  damaged: {damage}")
+        if status.damaged:
+            print("  to repair: run the job again with the same command; it redoes exactly the rows of damaged files")
+        elif verify:
+            print("  every result file is as committed")
+    return 1 if status.damaged else 0
 

@@ -6,6 +6,6 @@ job; its results are turned back into OpenAI batch output lines by `export_opena
 """
 
 from bulkinfer.openai_batch.convert import convert_batch_file, job_settings
-from bulkinfer.openai_batch.export import export_openai_batch
+from bulkinfer.openai_batch.export import export_openai_batch, is_batch_job
 
-__all__ = ["convert_batch_file", "job_settings", "export_openai_batch"]
+__all__ = ["convert_batch_file", "job_settings", "export_openai_batch", "is_batch_job"]

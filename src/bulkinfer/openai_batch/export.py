@@ -11,6 +11,7 @@ from typing import Any
 
 from bulkinfer.durable import publish, sync_file
 from bulkinfer.engine.tokenizer import load_tokenizer
+from bulkinfer.openai_batch.convert import requests_path
 from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
 from bulkinfer.runner.export import ExportResult, export_job
@@ -33,12 +34,19 @@ def export_openai_batch(output: Path, destination: Path, partial: bool = False) 
     return result
 
 
+def is_batch_job(output: Path) -> bool:
+    """Whether the job in `output` runs an OpenAI batch file: its one input is the request table made for it."""
+    directories = JobDir(output).siblings()
+    inputs = directories[0].read_job()["inputs"] if directories else []
+    return [item["path"] for item in inputs] == [str(requests_path(output))]
+
+
 def _lazy_decoder(output: Path) -> Decode:
     """Token id -> text with the job's own tokenizer, loaded only if some request asked for logprobs."""
 
     @functools.cache
     def tokenizer() -> Any:
-        manifest = JobDir(output).siblings()[0].read_manifest()
+        manifest = JobDir(output).siblings()[0].read_job()
         return load_tokenizer(Path(manifest["fingerprint"]["model"]))
 
     return lambda token_id: tokenizer().decode([token_id])

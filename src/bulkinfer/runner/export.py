@@ -2,7 +2,8 @@
 
 Result files hold rows in the order they finished, so export walks the row positions in chunks and,
 for each chunk, reads only the files whose span overlaps it: memory stays bounded by a chunk and a
-few files, however large the job.
+few files, however large the job. Every file is first checked against the ledger (size, SHA-256,
+rows), and the rows written are counted against the ledger's: damaged results are never exported.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bulkinfer.errors import UsageError
+from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
 from bulkinfer.runner.inputs import COMPRESSION_SUFFIXES, suffix_format
-from bulkinfer.runner.outdir.ledger import FileSpan
+from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, conform, json_line, unified_schema
-from bulkinfer.runner.status import load_union, shards_left
+from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
 
 CHUNK_ROWS = 10_000  # rows per ordered slice; with the files it overlaps, what export holds at once
 
@@ -35,17 +36,33 @@ class ExportResult:
 
 def export_job(output: Path, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS) -> ExportResult:
     union = load_union(output)
+    fmt = _destination_format(destination)
+    _check_exportable(output, union, partial)
+    spans = list(union.result_files())
+    schema = unified_schema((files.schema(span.file) for files, span in spans), result_columns(union.task))
+    tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
+    try:
+        rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
+        if rows != union.rows_done:
+            raise RunError(f"{output}: {rows:,} rows were read from its result files, where its ledger lists "
+                           f"{union.rows_done:,}; nothing was exported")
+        os.replace(tmp, destination)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ExportResult(rows, union.rows_failed, union.rows_total)
+
+
+def _check_exportable(output: Path, union: JobUnion, partial: bool) -> None:
+    damage = find_damage(union, full=True)
+    if damage:
+        others = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
+        raise RunError(f"{damage[0].describe()}{others}: damaged results are not exported; run the job again "
+                       f"(it redoes exactly those rows), then export")
     if union.rows_done < union.rows_total and not partial:
         left = shards_left(union.num_shards, union.missing, union.unfinished)
+        then = "it is still running: wait for it to finish" if union.running() else "run it again to finish it"
         raise UsageError(f"{output}: the job is not complete ({union.rows_done:,} of {union.rows_total:,} rows{left}); "
-                         f"run it again to finish it, or pass --partial to export what is done")
-    fmt = _destination_format(destination)
-    spans = list(union.result_files())
-    schema = unified_schema((files.schema(span.name) for files, span in spans), result_columns(union.task))
-    tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
-    rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
-    os.replace(tmp, destination)
-    return ExportResult(rows, union.rows_failed, union.rows_total)
+                         f"{then}, or pass --partial to export what is done")
 
 
 def _destination_format(destination: Path) -> str:
@@ -59,11 +76,11 @@ def _destination_format(destination: Path) -> str:
     return fmt
 
 
-def _chunks(spans: list[tuple[ResultFiles, FileSpan]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
+def _chunks(spans: list[tuple[ResultFiles, Commit]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
     end = max((span.last + 1 for _, span in spans), default=0)
     for start in range(0, end, chunk_rows):
         stop = start + chunk_rows
-        parts = [conform(files.read_range(span.name, start, stop), schema)
+        parts = [conform(files.read_range(span.file, start, stop), schema)
                  for files, span in spans if span.first < stop and span.last >= start]
         if parts:
             table = pa.concat_tables(parts).sort_by(ROW_INDEX)
@@ -78,7 +95,8 @@ def _check_unique(table: pa.Table) -> None:
     """Exactly once is the job's promise; a repeated row here would mean the ledger was tampered with."""
     positions = table.column(ROW_INDEX)
     if len(positions) > 1 and not pc.all(pc.greater(positions[1:], positions[:-1])).as_py():
-        raise RuntimeError("a row appears twice among the committed result files")
+        raise RunError("a row appears twice among the committed result files: the ledger was changed by something "
+                       "other than bulkinfer; nothing was exported")
 
 
 def _write(path: Path, fmt: str, schema: pa.Schema, tables: Iterator[pa.Table]) -> int:

@@ -1,7 +1,8 @@
 """Reading a job back: its output directory as status and export see it, the union of its shards' ledgers.
 
 A job run whole has one shard; a job split with --num-shards has one per shard that has started, and
-the shards that have not are named as missing. Safe to read while runs are writing.
+the shards that have not are named as missing. Committed files are checked against the ledger:
+their size always, their SHA-256 and rows when asked (`find_damage`). Safe to read while runs write.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Iterator
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.outdir.layout import JobDir, task_of
-from bulkinfer.runner.outdir.ledger import FileSpan, JobProgress, load_progress
+from bulkinfer.runner.outdir.ledger import Commit, JobProgress, load_progress
 from bulkinfer.runner.outdir.lock import current_holder
 from bulkinfer.runner.outdir.result_files import ResultFiles
 
@@ -57,49 +58,83 @@ class JobUnion:
         """Shards that have started and are not done (running or interrupted)."""
         return [shard.directory.shard.index for shard in self.shards if not shard.complete]
 
-    def result_files(self) -> Iterator[tuple[ResultFiles, FileSpan]]:
+    def result_files(self) -> Iterator[tuple[ResultFiles, Commit]]:
         """Every committed result file, with the folder that reads it."""
         for shard in self.shards:
             files = ResultFiles(shard.directory.results_path)
-            for span in shard.progress.files:
-                yield files, span
+            for commit in shard.progress.files:
+                yield files, commit
+
+    def running(self) -> bool:
+        return any(shard.running() for shard in self.shards)
+
+
+@dataclass(frozen=True)
+class Damage:
+    path: Path
+    reason: str
+    rows: int
+
+    def describe(self) -> str:
+        return f"{self.path}: {self.reason} ({self.rows:,} rows)"
+
+
+def find_damage(union: JobUnion, full: bool) -> list[Damage]:
+    """The committed files that are not as the ledger says: missing or of another size; with `full`,
+    also other bytes (SHA-256) or other rows than committed."""
+    found = []
+    for files, commit in union.result_files():
+        reason = files.damage(commit.file, commit.size, commit.digest if full else None)
+        if reason is None and full and sorted(files.row_ids(commit.file)) != commit.row_ids():
+            reason = "its rows are not those committed"
+        if reason is not None:
+            found.append(Damage(files.directory / commit.file, reason, commit.rows))
+    return found
 
 
 @dataclass(frozen=True)
 class JobStatus:
     rows_total: int
-    rows_done: int
+    rows_done: int  # in committed files that are as committed
     rows_failed: int
-    state: str  # "complete" | "running" | "interrupted"
+    state: str  # "complete" | "running" | "interrupted" | "damaged"
     num_shards: int = 1
     missing_shards: list[int] = field(default_factory=list)  # never started
     unfinished_shards: list[int] = field(default_factory=list)  # started, not done
+    damaged: list[str] = field(default_factory=list)  # damaged result files, each with why
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         if self.num_shards == 1:  # a job run whole reads as it always has
             for key in ("num_shards", "missing_shards", "unfinished_shards"):
                 del record[key]
+        if not self.damaged:
+            del record["damaged"]
         return record
 
 
-def job_status(output: Path) -> JobStatus:
+def job_status(output: Path, verify: bool = False) -> JobStatus:
+    """How far the job is. Result files are checked for presence and size; with `verify`, their bytes too."""
     union = load_union(output)
-    if union.rows_done >= union.rows_total:
-        state = "complete"
-    elif any(shard.running() for shard in union.shards):
+    damage = find_damage(union, full=verify)
+    rows_done = union.rows_done - sum(item.rows for item in damage)
+    if union.running():
         state = "running"
+    elif damage:
+        state = "damaged"
+    elif rows_done >= union.rows_total:
+        state = "complete"
     else:
         state = "interrupted"
-    return JobStatus(union.rows_total, union.rows_done, union.rows_failed, state, union.num_shards,
-                     union.missing, union.unfinished)
+    return JobStatus(union.rows_total, rows_done, union.rows_failed, state, union.num_shards, union.missing,
+                     union.unfinished, [item.describe() for item in damage])
 
 
 def load_union(output: Path) -> JobUnion:
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
-    manifests = [directory.read_manifest() for directory in directories]
+    manifests = [directory.read_job() for directory in directories]
     counts = {directory.shard.count for directory in directories}
     if len(counts) > 1 or any(manifest["fingerprint"] != manifests[0]["fingerprint"] for manifest in manifests):
         raise UsageError(f"{output} holds shards of different jobs (or of one job split differently); "

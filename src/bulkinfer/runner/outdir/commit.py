@@ -5,25 +5,35 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from bulkinfer.errors import disk_error
 from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, make_commit
 from bulkinfer.runner.outdir.result_files import ResultFiles
 
 
 class Committer:
-    """The age limit bounds what a crash can lose to `commit_seconds` of work; the count limit bounds memory."""
+    """The age limit bounds what a crash can lose to `commit_seconds` of work; the count limit bounds memory.
+
+    A commit that fails (a full disk, an I/O error) raises RunError and is not tried again by this run:
+    its rows stay out of the ledger and are done again by the next run, so none is committed twice.
+    `check_owner` is called before each commit and raises RunError if this run no longer owns the
+    directory.
+    """
 
     def __init__(self, files: ResultFiles, ledger: Ledger, progress: JobProgress, max_rows: int,
-                 commit_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 commit_seconds: float, check_owner: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.files = files
         self.ledger = ledger
         self.progress = progress
         self.max_rows = max_rows
         self.commit_seconds = commit_seconds
+        self.check_owner = check_owner
         self.clock = clock
         self._rows: list[dict[str, Any]] = []
         self._errors = 0
         self._since = clock()
+        self._failed = False
 
     @property
     def buffered(self) -> int:
@@ -44,11 +54,21 @@ class Committer:
     def commit(self) -> None:
         """The file first, then the ledger line: a crash between the two only leaves an orphan file."""
         self._since = self.clock()
-        if not self._rows:
+        if not self._rows or self._failed:
             return
+        self._failed = True  # until this commit is through: a failure anywhere in it is not retried
+        self.check_owner()
         seq = self.progress.next_seq
-        name = self.files.write(seq, self._rows)
-        commit = make_commit(seq, name, [row[ROW_INDEX] for row in self._rows], self._errors)
-        self.ledger.append(commit)
+        try:
+            written = self.files.write(seq, self._rows)
+        except OSError as exc:
+            raise disk_error(exc, str(self.files.path_of(seq))) from None
+        commit = make_commit(seq, written.name, [row[ROW_INDEX] for row in self._rows], written.errors,
+                             written.size, written.digest)
+        try:
+            self.ledger.append(commit)
+        except OSError as exc:
+            raise disk_error(exc, str(self.ledger.path)) from None
         self.progress.record(commit)
-        self._rows, self._errors = [], 0
+        self._rows, self._errors, self._failed = [], 0, False
+

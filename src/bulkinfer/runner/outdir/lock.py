@@ -49,7 +49,11 @@ class JobLock:
 
     def acquire(self) -> None:
         """Raises UsageError naming the holder when another live run has the directory."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError:
+            raise UsageError(f"{self.path.parent}: the output directory cannot be written (permission denied); "
+                             f"choose another --output") from None
         try:
             if not _try_flock(fd, self.path):
                 raise UsageError(_busy_message(self.path, read_holder(self.path)))
@@ -61,6 +65,13 @@ class JobLock:
         os.pwrite(fd, record.encode(), 0)
         os.fsync(fd)
         self._fd = fd
+
+    def held(self) -> bool:
+        """Whether the file at our path is still the one we locked (not deleted, not replaced)."""
+        try:
+            return self._fd is not None and os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         # The file stays: unlinking it would let a run that opened it a moment ago lock a dead inode.
@@ -101,6 +112,7 @@ def _try_flock(fd: int, path: Path) -> bool:
 
 
 def _busy_message(path: Path, holder: Holder | None) -> str:
+    # Never advise deleting the lock: the kernel drops it whenever its holder dies, so a lock that is
+    # held means a live process holds it.
     who = holder.describe() if holder else "another process"
-    return (f"{path.parent} is in use by another bulkinfer run ({who}); wait for it to finish or stop it. "
-            f"If you are sure no run is using it, delete {path}")
+    return f"{path.parent} is in use by another bulkinfer run ({who}); wait for it to finish or stop it"

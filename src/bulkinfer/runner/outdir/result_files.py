@@ -1,8 +1,9 @@
 """Result files: rows written to Parquet or JSONL, durably, and read back by position.
 
 A file is written to a temporary name, fsynced, then renamed into place. It only counts once the
-ledger records it; files the ledger does not know (left by a crash between rename and ledger
-append, or mid-write) are deleted on the next start.
+ledger records it, with its size and SHA-256; files the ledger does not know (left by a crash
+between rename and ledger append, or mid-write) are deleted on the next start, and a listed file
+whose bytes are no longer those is found by `damage`.
 
 Rows are dicts, possibly with uneven keys and types, as JSONL gives them. A column whose values
 Arrow cannot hold in one type (a JSONL key that is a number on one line and a string on another)
@@ -13,7 +14,10 @@ values are written as JSON, the same way in every file, so the files still line 
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -25,6 +29,15 @@ from bulkinfer.durable import publish, sync_dir, sync_file
 from bulkinfer.runner.columns import ROW_INDEX
 
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl"}
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    name: str
+    size: int
+    digest: str  # SHA-256 of its bytes, hex
+    errors: int  # rows with an error
 
 
 class ResultFiles:
@@ -34,19 +47,49 @@ class ResultFiles:
         self.directory = directory
         self.format = fmt
 
-    def write(self, seq: int, rows: list[dict[str, Any]]) -> str:
-        """Write rows durably as file number `seq`; returns the file name to record in the ledger."""
-        name = f"shard-{seq:06d}{EXTENSIONS[self.format]}"
-        tmp = self.directory / f".{name}.tmp"
+    def path_of(self, seq: int) -> Path:
+        return self.directory / f"shard-{seq:06d}{EXTENSIONS[self.format]}"
+
+    def write(self, seq: int, rows: list[dict[str, Any]]) -> WrittenFile:
+        """Write rows durably as file number `seq`; returns what the ledger records of it."""
+        path = self.path_of(seq)
+        tmp = path.with_name(f".{path.name}.tmp")
         rows = sorted(rows, key=lambda row: row[ROW_INDEX])  # so export's range reads touch few row groups
         with open(tmp, "wb") as handle:
-            if self.format == "parquet":
-                pq.write_table(rows_to_table(rows), handle)
-            else:
-                handle.writelines(json_line(row) for row in rows)
+            try:
+                self._write_rows(handle, rows)
+            except OSError:
+                raise
+            except _UNWRITABLE:
+                # One row's values must not stop every commit of every run: it becomes an error row.
+                rows = [row if self._fits(row) else _unwritable(row) for row in rows]
+                handle.seek(0)
+                handle.truncate()
+                self._write_rows(handle, rows)
             sync_file(handle)
-        publish(tmp, self.directory / name)
-        return name
+        errors = sum(row.get("error") is not None for row in rows)
+        written = WrittenFile(path.name, tmp.stat().st_size, file_digest(tmp), errors)
+        publish(tmp, path)
+        return written
+
+
+    def damage(self, name: str, size: int | None, digest: str | None) -> str | None:
+        """Why the file is not what was committed (missing, another size, other bytes); None if it is."""
+        path = self.directory / name
+        if not path.is_file():
+            return "missing"
+        if size is not None and path.stat().st_size != size:
+            return f"{path.stat().st_size:,} bytes where {size:,} were committed"
+        if digest is not None and file_digest(path) != digest:
+            return "its bytes differ from those committed"
+        return None
+
+    def row_ids(self, name: str) -> list[int]:
+        """The row positions the file holds, in its order."""
+        path = self.directory / name
+        if path.suffix == ".parquet":
+            return pq.read_table(path, columns=[ROW_INDEX]).column(ROW_INDEX).to_pylist()
+        return _read_jsonl(path).column(ROW_INDEX).to_pylist()
 
     def schema(self, name: str) -> pa.Schema:
         path = self.directory / name
@@ -61,6 +104,19 @@ class ResultFiles:
         positions = table.column(ROW_INDEX)
         return table.filter(pc.and_(pc.greater_equal(positions, start), pc.less(positions, stop)))
 
+    def _fits(self, row: dict[str, Any]) -> bool:
+        try:
+            self._write_rows(io.BytesIO(), [row])
+            return True
+        except _UNWRITABLE:
+            return False
+
+    def _write_rows(self, handle: Any, rows: list[dict[str, Any]]) -> None:
+        if self.format == "parquet":
+            pq.write_table(rows_to_table(rows), handle)
+        else:
+            handle.writelines(json_line(row) for row in rows)
+
     def remove_except(self, committed: set[str]) -> None:
         """Delete result and temporary files the ledger does not list."""
         removed = False
@@ -70,6 +126,24 @@ class ResultFiles:
                 removed = True
         if removed:
             sync_dir(self.directory)
+
+
+# What a row's values can make Arrow or the JSON encoder raise; a full disk is an OSError, not one of these.
+_UNWRITABLE = (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowError, RecursionError)
+
+
+def _unwritable(row: dict[str, Any]) -> dict[str, Any]:
+    """The row reduced to its position and why: its values are what could not be written."""
+    return {ROW_INDEX: row[ROW_INDEX], "error": f"row {row[ROW_INDEX]}: its values cannot be written as a result "
+                                                 f"(text that is not valid Unicode, or a value out of range)"}
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_READ_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def json_line(row: dict[str, Any]) -> bytes:

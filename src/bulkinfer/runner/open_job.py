@@ -1,0 +1,177 @@
+"""Everything a run does before the model loads: check the inputs and columns, take the output
+directory, decide between a new job and resuming the one there, and repair what was damaged.
+
+Repair never edits the ledger: a committed file that is missing, cut short or altered gets a void
+record, is deleted, and its rows are done again by this run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bulkinfer.errors import RunError, UsageError, disk_error
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.inputs import InputFile, Source, check_columns, identity_of, resolve_sources, scan_inputs
+from bulkinfer.runner.outdir.commit import Committer
+from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
+from bulkinfer.runner.outdir.layout import JobDir, new_manifest
+from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, load_progress
+from bulkinfer.runner.outdir.lock import JobLock
+from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.rowset import RowSet
+from bulkinfer.runner.shards import shard_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class OpenJob:
+    """A job whose directory this process holds; close() releases it."""
+
+    directory: JobDir
+    files: list[InputFile]
+    rows: range  # the row positions this run does: all of them, or its shard's block
+    done: RowSet
+    progress: JobProgress
+    ledger: Ledger
+    lock: JobLock
+
+    @property
+    def rows_total(self) -> int:
+        return len(self.rows)
+
+    def committer(self, config: JobConfig) -> Committer:
+        files = ResultFiles(self.directory.results_path, config.output_format)
+        return Committer(files, self.ledger, self.progress, config.shard_rows, config.commit_seconds,
+                         self.check_owner)
+
+    def check_owner(self) -> None:
+        """Raises RunError when another run may be writing here: our lock file or ledger was replaced
+        or written by someone else (a deleted .lock lets a second run in)."""
+        if not self.lock.held() or not self.ledger.written_only_by_us():
+            raise RunError(f"{self.directory.root}: its lock file was deleted or replaced, or another process "
+                           f"wrote its ledger, while this run held it; this run stops without committing more "
+                           f"(nothing committed is lost). Let the other run finish, then rerun to go on")
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.lock.release()
+
+
+def open_job(config: JobConfig) -> OpenJob:
+    sources = resolve_sources(config.input, config.input_format)
+    _check_output_outside_inputs(config, sources)
+    check_columns(sources, config)
+    directory = JobDir(Path(config.output), shard_of(config))
+    directory.create_root()
+    if not directory.siblings() and directory.holds_other_files():
+        raise UsageError(f"{directory.root}: exists, is not empty and holds no bulkinfer job; "
+                         f"choose an empty or new --output directory")
+    lock = JobLock(directory.lock_path)
+    lock.acquire()
+    try:
+        return _take(directory, config, sources, lock)
+    except OSError as exc:
+        raise disk_error(exc, str(directory.root)) from None
+    except LedgerCorruptError as exc:
+        raise RunError(f"{exc}; two runs wrote here at once. Export what is sound with --partial, or "
+                       f"start over with --force") from None
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _take(directory: JobDir, config: JobConfig, sources: list[Source], lock: JobLock) -> OpenJob:
+    current = _as_stored(job_fingerprint(config, [identity_of(source) for source in sources]))
+    _check_siblings(directory, current)
+    manifest = _this_job(directory, config, sources, current, load_progress(directory.ledger_path))
+    progress = load_progress(directory.ledger_path)  # again: a new job has removed the old ledger
+    ledger = Ledger(directory.ledger_path, job=manifest)  # cuts off a line torn by a crash first
+    done = _repair(directory, ledger, progress)
+    ResultFiles(directory.results_path).remove_except({commit.file for commit in progress.files})
+    files = [InputFile(**item) for item in manifest["inputs"]]
+    rows = directory.shard.rows(manifest["rows_total"])
+    if not rows:
+        logger.warning("%s: the input holds no rows%s; there is nothing to do", directory.root,
+                       "" if directory.shard.whole else f" for {directory.shard.describe()}")
+    for line in progress.damaged_lines:
+        logger.warning("%s line %d is damaged and was skipped; if it recorded a commit, its rows are done again",
+                       directory.ledger_path, line)
+    return OpenJob(directory, files, rows, done, progress, ledger, lock)
+
+
+def _this_job(directory: JobDir, config: JobConfig, sources: list[Source], current: dict[str, Any],
+              progress: JobProgress) -> dict[str, Any]:
+    """The manifest of the job in `directory` when it is this job; else that of a new job, written now.
+    The ledger's job record decides: job.json is its copy, and is written again if missing or edited."""
+    stored = progress.job or (directory.read_manifest() if directory.manifest_path.is_file() else None)
+    if stored is not None:
+        changed = differences(stored["fingerprint"], current)
+        if not changed:
+            if not directory.manifest_path.is_file() or directory.read_manifest() != stored:
+                directory.write_manifest(stored)
+            return stored
+        if not config.force:
+            raise UsageError(f"{directory.root} holds a different job ({'; '.join(changed)}); rerun with the "
+                             f"same settings to resume it, pass --force to discard its results and start over, "
+                             f"or choose another --output")
+        directory.reset()
+    files = scan_inputs(sources)
+    manifest = new_manifest(job_fingerprint(config, [file.identity() for file in files]),
+                            [file.to_json() for file in files], sum(file.rows for file in files), directory.shard)
+    directory.write_manifest(manifest)
+    return manifest
+
+
+def _repair(directory: JobDir, ledger: Ledger, progress: JobProgress) -> RowSet:
+    """Void every committed file that is not as committed, or that holds a row an earlier one holds;
+    returns the rows of the others, which are done."""
+    files, done = ResultFiles(directory.results_path), RowSet()
+    for commit in progress.files:
+        row_ids = commit.row_ids()
+        reason = files.damage(commit.file, commit.size, commit.digest)
+        if reason is None and any(row in done for row in row_ids):
+            reason = "it holds rows another committed file holds"
+        if reason is None:
+            done.update(row_ids)
+            continue
+        void = Void(commit.seq, commit.file, reason)
+        ledger.append(void)
+        progress.void(void)
+        logger.warning("%s: %s; its %d rows will be done again", directory.results_path / commit.file, reason,
+                       commit.rows)
+    return done
+
+
+def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> None:
+    """A job must not read its own results: on a rerun, its ledger and result files would be input."""
+    output = Path(config.output).expanduser().resolve()
+    inside = [spec for spec in config.input if Path(spec).expanduser().is_dir()
+              and output.is_relative_to(Path(spec).expanduser().resolve())]
+    inside += [str(source.path) for source in sources if source.path.is_relative_to(output)]
+    if inside:
+        raise UsageError(f"--output {config.output} is inside the input {inside[0]} (or holds it): the job would "
+                         f"read its own results; choose an --output outside every --input")
+
+
+def _check_siblings(directory: JobDir, current: dict[str, Any]) -> None:
+    """The shards running into one directory must be shards of one job, split the same way."""
+    for other in directory.siblings():
+        if other.shard == directory.shard:
+            continue
+        if other.shard.count != directory.shard.count:
+            raise UsageError(f"{directory.root} holds a job split into {other.shard.count} shard(s); this run is "
+                             f"split into {directory.shard.count}: split it the same way, or choose another --output")
+        changed = differences(other.read_job()["fingerprint"], current)
+        if changed:
+            raise UsageError(f"{directory.root}: its {other.shard.describe()} is a different job "
+                             f"({'; '.join(changed)}); every shard must run the same job, or choose another --output")
+
+
+def _as_stored(value: dict[str, Any]) -> dict[str, Any]:
+    """The value as it reads back from job.json (tuples become lists), so equal settings compare equal."""
+    return json.loads(json.dumps(value))
