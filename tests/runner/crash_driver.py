@@ -2,14 +2,18 @@
 
     python crash_driver.py POINT N bulkinfer-arguments...
 
-POINT is one of: none; shard-write (the N-th shard's temporary file is half written);
-before-ledger (the N-th shard is renamed into place, its ledger line not yet written);
-ledger-write (half of the N-th ledger line is written). The runner itself has no hooks for this:
-the driver wraps its functions from outside, as a test double would.
+POINT is one of: none; shard-write (the N-th result file's temporary file is half written);
+before-ledger (the N-th result file is renamed into place, its ledger line not yet written);
+ledger-write (half of the N-th ledger line is written); and, instead of a kill, a disk error at the
+N-th commit: file-write-enospc (writing a result file), file-fsync-eio (its fsync), ledger-write-enospc
+(half of a ledger line written), ledger-fsync-eio (the whole line written, then its fsync fails).
+The runner itself has no hooks for this: the driver wraps its functions from outside, as a test
+double would.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -46,10 +50,38 @@ def _arm(point: str, nth: int) -> None:
             _die()
         append(self, commit)
 
+    write_rows, sync = result_files.ResultFiles._write_rows, result_files.sync_file
+
+    def file_write_fails(self, handle, rows):
+        if is_nth():
+            handle.write(b"PAR1 partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write_rows(self, handle, rows)
+
+    def file_fsync_fails(handle):
+        if is_nth():
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        sync(handle)
+
+    def ledger_append_fails(self, record):
+        if is_nth():
+            line = ledger._encode("commit", ledger._on_disk(record))
+            self._handle.write(line if point == "ledger-fsync-eio" else line[: len(line) // 2])
+            self._handle.flush()
+            code = errno.EIO if point == "ledger-fsync-eio" else errno.ENOSPC
+            raise OSError(code, os.strerror(code))
+        append(self, record)
+
     if point == "shard-write":
         result_files.publish = torn_file
     elif point in ("before-ledger", "ledger-write"):
         ledger.Ledger.append = ledger_append
+    elif point == "file-write-enospc":
+        result_files.ResultFiles._write_rows = file_write_fails
+    elif point == "file-fsync-eio":
+        result_files.sync_file = file_fsync_fails
+    elif point in ("ledger-write-enospc", "ledger-fsync-eio"):
+        ledger.Ledger.append = ledger_append_fails
 
 
 if __name__ == "__main__":

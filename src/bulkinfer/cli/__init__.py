@@ -50,9 +50,21 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record comes, not when the handler was made."""
+
+    @property
+    def stream(self):  # noqa: D102
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _log_to_stderr() -> None:
     """The library's warnings (a repaired file, an empty input) as `bulkinfer: ...` lines."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(logging.Formatter("bulkinfer: %(message)s"))
     library = logging.getLogger("bulkinfer")
     library.handlers[:] = [handler]

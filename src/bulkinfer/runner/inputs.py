@@ -184,11 +184,30 @@ def _read_parquet(source: Source, start: int, skip: RowsToSkip, batch_rows: int)
     for batch in pq.ParquetFile(source.path).iter_batches(batch_size=batch_rows):
         stop = index + batch.num_rows
         if not skip.contains_all(index, stop):
-            for offset, values in enumerate(batch.to_pylist()):
+            for offset, (values, problem) in enumerate(_batch_rows(batch)):
                 row = index + offset
                 if row not in skip:
-                    yield SourceRow(row, values, f"{source.name} row {row - start + 1}")
+                    where = f"{source.name} row {row - start + 1}"
+                    yield SourceRow(row, values, where, f"{where}: {problem}" if problem else None)
         index = stop
+
+
+def _batch_rows(batch: pa.RecordBatch) -> list[tuple[dict | None, str | None]]:
+    """Each row's values, or why it has none: a file written by another tool may hold text that is not
+    UTF-8, which fails only its own row."""
+    try:
+        return [(values, None) for values in batch.to_pylist()]
+    except (UnicodeDecodeError, pa.ArrowException):
+        return [_one_row(batch, offset) for offset in range(batch.num_rows)]
+
+
+def _one_row(batch: pa.RecordBatch, offset: int) -> tuple[dict | None, str | None]:
+    try:
+        return batch.slice(offset, 1).to_pylist()[0], None
+    except UnicodeDecodeError:
+        return None, "a text column holds bytes that are not valid UTF-8"
+    except pa.ArrowException as exc:
+        return None, f"cannot be read ({exc})"
 
 
 def _read_jsonl(source: Source, start: int, skip: RowsToSkip, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
@@ -220,9 +239,34 @@ def _load_object(raw: bytes) -> tuple[dict | None, str | None]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at column {exc.colno})"
+    except RecursionError:
+        return None, "nested too deeply to read"
+    except ValueError as exc:  # an integer of more digits than Python converts, say
+        return None, f"not readable JSON ({exc})"
     if not isinstance(value, dict):
         return None, f"expected a JSON object, got {_json_kind(value)}"
+    # Raw UTF-8 cannot encode a lone surrogate, but a \ud800 escape can: such text breaks the tokenizer
+    # and every writer, so the row stops here.
+    if b"\\u" in raw and _has_lone_surrogate(value):
+        return None, "holds a lone surrogate (a \\ud800-\\udfff escape): text that is not valid Unicode"
     return value, None
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _json_kind(value: object) -> str:

@@ -92,6 +92,7 @@ def _take(directory: JobDir, config: JobConfig, sources: list[Source], lock: Job
     progress = load_progress(directory.ledger_path)  # again: a new job has removed the old ledger
     ledger = Ledger(directory.ledger_path, job=manifest)  # cuts off a line torn by a crash first
     done = _repair(directory, ledger, progress)
+    directory.results_path.mkdir(exist_ok=True)  # a folder removed by hand is made again; its rows are redone
     ResultFiles(directory.results_path).remove_except({commit.file for commit in progress.files})
     files = [InputFile(**item) for item in manifest["inputs"]]
     rows = directory.shard.rows(manifest["rows_total"])

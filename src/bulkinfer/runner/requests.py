@@ -19,6 +19,9 @@ from bulkinfer.runner.prompts import PromptRenderer, RowSettings
 from bulkinfer.sampling_params import SamplingParams
 
 Item = TypeVar("Item")
+# No tokenizer averages more than this many characters per token on real text, so a prompt longer than
+# this times max_model_len cannot fit and is refused before it is tokenized.
+CHARS_PER_TOKEN = 16
 
 
 @dataclass
@@ -73,24 +76,44 @@ class GenerateRequests:
                 failures.append(Failure(row, row.error))
                 continue
             try:
-                ready.append((row, self.renderer.render(row.values), self.row_settings.for_row(row.index, row.values)))
+                text = self.renderer.render(row.values)
+                ready.append((row, self._bounded(text), self.row_settings.for_row(row.index, row.values)))
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))
-        encoded = self._encode([text for _, text, _ in ready])
         work = []
-        for (row, _, params), token_ids in zip(ready, encoded):
-            fitted = self._fit(row, token_ids, params)
+        for (row, _, params), encoded in zip(ready, self._encode([text for _, text, _ in ready])):
+            fitted = (Failure(row, f"{row.where}: the tokenizer failed on the prompt ({encoded})")
+                      if isinstance(encoded, str) else self._fit(row, encoded, params))
             if isinstance(fitted, Failure):
                 failures.append(fitted)
             else:
                 work.append(Work(row, fitted, params))
         return PreparedWindow(order_for_engine(work, lambda w: w.token_ids), failures)
 
-    def _encode(self, texts: list[str]) -> list[list[int]]:
+    def _bounded(self, text: str) -> str:
+        """The prompt, or only as much of its kept end as can fit: it is never tokenized whole when it
+        is far too long to fit (a 50 MB line would take tens of GB to tokenize)."""
+        limit = CHARS_PER_TOKEN * self.max_model_len
+        if len(text) <= limit:
+            return text
+        if self.truncate == "left":
+            return text[-limit:]
+        if self.truncate == "right":
+            return text[:limit]
+        raise ValueError(f"prompt is {len(text):,} characters; more than {CHARS_PER_TOKEN} x max_model_len "
+                         f"({limit:,}) cannot fit, so it was not tokenized (set truncate to 'left' or 'right' "
+                         f"to cut it)")
+
+    def _encode(self, texts: list[str]) -> list[list[int] | str]:
+        """Token ids per text; a text the tokenizer fails on gets the error's text instead."""
         if not texts:
             return []
-        # One batch call: the fast tokenizer encodes the batch in parallel in Rust, outside the GIL.
-        return self.tokenizer(texts, add_special_tokens=self.renderer.adds_special_tokens)["input_ids"]
+        special = self.renderer.adds_special_tokens
+        try:
+            # One batch call: the fast tokenizer encodes the batch in parallel in Rust, outside the GIL.
+            return self.tokenizer(texts, add_special_tokens=special)["input_ids"]
+        except Exception:  # noqa: BLE001 - the tokenizer's own errors; one bad text must not fail its window
+            return [_encode_one(self.tokenizer, text, special) for text in texts]
 
     def _fit(self, row: SourceRow, token_ids: list[int], params: SamplingParams) -> list[int] | Failure:
         """The prompt cut to leave room for max_tokens when truncation is asked for, else a Failure."""
@@ -131,6 +154,8 @@ class ScoreRequests:
                 work.extend(self._requests(row))
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))
+            except Exception as exc:  # noqa: BLE001 - the tokenizer's own errors fail only their row
+                failures.append(Failure(row, f"{row.where}: the tokenizer failed ({type(exc).__name__}: {exc})"))
         return PreparedWindow(order_for_engine(work, lambda w: w.token_ids), failures)
 
     def _requests(self, row: SourceRow) -> list[Work]:
@@ -144,12 +169,24 @@ class ScoreRequests:
         return [self._work(row, context, choice, part, len(choices)) for part, choice in enumerate(choices)]
 
     def _work(self, row: SourceRow, context: str, continuation: str, part: int = 0, parts: int = 1) -> Work:
+        context = self._bounded(context, continuation)
         context_ids, continuation_ids = encode_pair(self.tokenizer, context, continuation)
         if not continuation_ids:
             raise ValueError(f"continuation {continuation!r} encodes to no tokens")
         tokens = self._fit(context_ids, continuation_ids)
         request_id = (row.index, part) if self.config.task == "choice" else row.index
         return Work(row, tokens, None, len(tokens) - len(continuation_ids), part, parts, request_id)
+
+    def _bounded(self, context: str, continuation: str) -> str:
+        """The context, or its end only, so that a text far too long to fit is never tokenized whole."""
+        limit = CHARS_PER_TOKEN * self.limit
+        if len(context) + len(continuation) <= limit:
+            return context
+        if self.config.truncate == "left" and len(continuation) < limit:
+            return context[len(context) + len(continuation) - limit:]
+        raise ValueError(f"context and continuation are {len(context) + len(continuation):,} characters; more than "
+                         f"{CHARS_PER_TOKEN} x (max_model_len + 1) ({limit:,}) cannot fit, so they were not "
+                         f"tokenized (set truncate to 'left' to cut the context)")
 
     def _fit(self, context_ids: list[int], continuation_ids: list[int]) -> list[int]:
         tokens = context_ids + continuation_ids
@@ -160,6 +197,13 @@ class ScoreRequests:
             return tokens[-self.limit:]
         raise ValueError(f"context and continuation are {len(tokens)} tokens; that exceeds max_model_len "
                          f"{self.limit - 1} + 1 (set truncate to 'left' to cut the context)")
+
+
+def _encode_one(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int] | str:
+    try:
+        return tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+    except Exception as exc:  # noqa: BLE001 - see GenerateRequests._encode
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _text(values: dict[str, Any], column: str) -> str:

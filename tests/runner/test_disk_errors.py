@@ -1,0 +1,63 @@
+"""A full disk or an I/O error at any write or fsync of a commit stops the job with one line and exit 1,
+loses nothing committed, and the rerun completes with the results of an uninterrupted run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.export import export_job
+from bulkinfer.runner.job import run_job
+from runner_files import prompts, read_results, write_jsonl
+from subprocess_job import SETTINGS, assert_consistent, commits, start
+
+pytestmark = pytest.mark.slow  # a job process per disk error, then its rerun
+
+ROWS = 60
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("disk") / "in.jsonl", prompts(ROWS))
+
+
+@pytest.fixture(scope="module")
+def baseline(data: Path, tiny_llama: Path, tmp_path_factory) -> list[dict]:
+    root = tmp_path_factory.mktemp("baseline")
+    run_job(JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(root / "out"), **SETTINGS))
+    return _exported(root / "out")
+
+
+def _exported(out: Path) -> list[dict]:
+    destination = out.parent / f"{out.name}.parquet"
+    export_job(out, destination)
+    return read_results(destination)
+
+
+@pytest.mark.parametrize("point, said", [
+    ("file-write-enospc", "disk full writing {out}/shards/shard-000002.parquet: nothing committed is lost; "
+                          "free space and rerun"),
+    ("file-fsync-eio", "Input/output error writing {out}/shards/shard-000002.parquet: nothing committed is lost; "
+                       "check the disk and rerun"),
+    ("ledger-write-enospc", "disk full writing {out}/ledger.jsonl: nothing committed is lost; free space and rerun"),
+    ("ledger-fsync-eio", "Input/output error writing {out}/ledger.jsonl: nothing committed is lost; "
+                         "check the disk and rerun"),
+])
+def test_a_disk_error_stops_with_one_line_and_the_rerun_completes(tmp_path: Path, data: Path, tiny_llama: Path,
+                                                                  baseline: list[dict], point: str, said: str):
+    out = tmp_path / "out"
+    process = start(tiny_llama, data, out, point, nth=2)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1, err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert errors == [f"bulkinfer: error: {said.format(out=out)}"], err
+    assert "Traceback" not in err
+    assert_consistent(out)
+    assert commits(out) in (1, 2)  # the first commit, and the second if its ledger line got through
+    again = start(tiny_llama, data, out)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert_consistent(out)
+    assert _exported(out) == baseline
