@@ -4,6 +4,8 @@ job goes on; rerunning it never crashes again. Each poison is tried at line 1, 1
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -96,3 +98,33 @@ def test_a_row_the_writer_cannot_hold_is_written_as_an_error_row(tmp_path: Path,
     back = files.read_range(written.name, 0, 2).to_pylist()
     assert back[0]["note"] == "fine" and back[1]["note"] is None
     assert back[1]["error"].startswith("row 1: its values cannot be written")
+
+
+_PEAK = """
+import resource, sys
+from bulkinfer.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    assert exit.code == 0, exit.code
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+def test_a_50_mb_prompt_is_refused_without_tokenizing_it(tmp_path: Path, tiny_llama: Path) -> None:
+    lines = [json.dumps({"prompt": f"{i}+1="}) for i in range(100)]
+    (tmp_path / "small.jsonl").write_text("\n".join(lines) + "\n")
+    huge = json.dumps({"prompt": "12+" * (50_000_000 // 3)})
+    (tmp_path / "big.jsonl").write_text("\n".join(lines[:50] + [huge] + lines[50:]) + "\n")
+    peaks = {}
+    for name in ("small", "big"):
+        run = ["run", "--model", str(tiny_llama), "--input", str(tmp_path / f"{name}.jsonl"),
+               "--output", str(tmp_path / name), "--max-tokens", "2", "--temperature", "0"]
+        result = subprocess.run([sys.executable, "-c", _PEAK, *run], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr
+        peaks[name] = int(result.stdout.splitlines()[-1]) * 1024
+    assert peaks["big"] - peaks["small"] < 300e6, peaks
+    export_job(tmp_path / "big", tmp_path / "big.parquet")
+    error = read_results(tmp_path / "big.parquet")[50]["error"]
+    assert error.startswith("big.jsonl line 51: prompt is 49,999,998 characters; more than 16 x max_model_len")

@@ -216,25 +216,31 @@ def _read_jsonl(source: Source, start: int, skip: RowsToSkip, reserved: tuple[st
     index = start
     with _open_lines(source.path) as lines:
         for line_no, raw in enumerate(lines, 1):
-            if not raw.strip():
+            if _blank(raw):
                 continue
             if index not in skip:
-                yield _parse_line(raw, index, f"{source.name} line {line_no}", reserved)
+                text, problem = _decoded(raw)
+                del raw  # so that a huge line is held once, as text, while it parses
+                yield _parse_line(text, problem, index, f"{source.name} line {line_no}", reserved)
             index += 1
 
 
-def _parse_line(raw: bytes, index: int, where: str, reserved: tuple[str, ...]) -> SourceRow:
-    value, problem = _load_object(raw)
+def _parse_line(text: str | None, problem: str | None, index: int, where: str,
+                reserved: tuple[str, ...]) -> SourceRow:
+    value, problem = _load_object(text) if text is not None else (None, problem)
     if value is not None and (clash := reserved_clash(value.keys(), reserved)):
         value, problem = None, f"has a key {clash!r}, which is also an output column"
     return SourceRow(index, value, where, f"{where}: {problem}" if problem else None)
 
 
-def _load_object(raw: bytes) -> tuple[dict | None, str | None]:
+def _decoded(raw: bytes) -> tuple[str | None, str | None]:
     try:
-        text = raw.decode("utf-8").removeprefix("\ufeff")
+        return raw.decode("utf-8").removeprefix("\ufeff"), None
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+
+
+def _load_object(text: str) -> tuple[dict | None, str | None]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -247,9 +253,13 @@ def _load_object(raw: bytes) -> tuple[dict | None, str | None]:
         return None, f"expected a JSON object, got {_json_kind(value)}"
     # Raw UTF-8 cannot encode a lone surrogate, but a \ud800 escape can: such text breaks the tokenizer
     # and every writer, so the row stops here.
-    if b"\\u" in raw and _has_lone_surrogate(value):
+    if "\\u" in text and _has_lone_surrogate(value):
         return None, "holds a lone surrogate (a \\ud800-\\udfff escape): text that is not valid Unicode"
     return value, None
+
+
+def _blank(raw: bytes) -> bool:
+    return not raw or raw.isspace()  # not raw.strip(): that would copy a huge line
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -284,7 +294,7 @@ def _count_rows(source: Source) -> int:
     if source.format == "parquet":
         return pq.ParquetFile(source.path).metadata.num_rows
     with _open_lines(source.path) as lines:
-        return sum(1 for raw in lines if raw.strip())
+        return sum(1 for raw in lines if not _blank(raw))
 
 
 def _sample_keys(path: Path, max_objects: int = 100) -> set[str] | None:
@@ -294,7 +304,8 @@ def _sample_keys(path: Path, max_objects: int = 100) -> set[str] | None:
         for raw in lines:
             if found >= max_objects:
                 break
-            value = _load_object(raw)[0] if raw.strip() else None
+            text = None if _blank(raw) else _decoded(raw)[0]
+            value = _load_object(text)[0] if text is not None else None
             if value is not None:
                 keys.update(value)
                 found += 1

@@ -113,7 +113,10 @@ class ResultFiles:
 
     def _write_rows(self, handle: Any, rows: list[dict[str, Any]]) -> None:
         if self.format == "parquet":
-            pq.write_table(rows_to_table(rows), handle)
+            table = rows_to_table(rows)
+            # Statistics only where export filters, and dictionaries only for short values: with either,
+            # one huge text cell (a 50 MB prompt) would be copied several times over.
+            pq.write_table(table, handle, write_statistics=[ROW_INDEX], use_dictionary=_short_columns(table))
         else:
             handle.writelines(json_line(row) for row in rows)
 
@@ -136,6 +139,16 @@ def _unwritable(row: dict[str, Any]) -> dict[str, Any]:
     """The row reduced to its position and why: its values are what could not be written."""
     return {ROW_INDEX: row[ROW_INDEX], "error": f"row {row[ROW_INDEX]}: its values cannot be written as a result "
                                                  f"(text that is not valid Unicode, or a value out of range)"}
+
+
+_LONG_TEXT = 1 << 16  # bytes
+
+
+def _short_columns(table: pa.Table) -> list[str]:
+    """The columns whose values are not long texts or bytes."""
+    return [field.name for field, column in zip(table.schema, table.columns)
+            if not (pa.types.is_string(field.type) or pa.types.is_binary(field.type))
+            or (pc.max(pc.binary_length(column)).as_py() or 0) <= _LONG_TEXT]
 
 
 def file_digest(path: Path) -> str:
