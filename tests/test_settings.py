@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import typer
 
-from bulkinfer.cli import app
+from bulkinfer.cli.app import app
 from bulkinfer.cli.jobfile import read_job_file
 from bulkinfer.cli.options import flag_of, given_options
 from bulkinfer.cli.run import run_settings

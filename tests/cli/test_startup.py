@@ -47,3 +47,18 @@ def test_the_probe_would_see_torch(tmp_path: Path) -> None:
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert "transformers" in json.loads(result.stdout.splitlines()[-1])
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line() -> None:
+    code = ("import signal, os, sys\n"
+            "import bulkinfer.cli\n"
+            "import builtins\n"
+            "real_import = builtins.__import__\n"
+            "def interrupted(name, *args, **kwargs):\n"  # a Ctrl-C that lands while typer is being imported
+            "    if name == 'typer':\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real_import(name, *args, **kwargs)\n"
+            "builtins.__import__ = interrupted\n"
+            "bulkinfer.cli.main(['--help'])\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (130, "bulkinfer: interrupted\n")

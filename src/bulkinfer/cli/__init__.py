@@ -1,74 +1,15 @@
-"""The `bulkinfer` command: one verb per subcommand; exit 0 success, 1 failure, 2 a usage mistake."""
+"""The `bulkinfer` command. Its commands, and all they import, load inside main(), so that a Ctrl-C
+while they load ends with one line like any other."""
 
 from __future__ import annotations
 
-import logging
 import sys
-
-import typer
-
-from bulkinfer.cli.bench import bench_command
-from bulkinfer.cli.export import export_command, status_command
-from bulkinfer.cli.inspect_input import inspect_command
-from bulkinfer.cli.lm_eval import LM_EVAL_SETTINGS, lm_eval_command
-from bulkinfer.cli.run import run_command
-from bulkinfer.errors import RunError, UsageError
-
-# Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
-CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
-
-# Plain help (no rich panels): it wraps cleanly at 80 columns, and option names are never cut short.
-app = typer.Typer(name="bulkinfer", help="Offline bulk batch inference for LLMs.", add_completion=False,
-                  no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
-app.command("run", help="Run a job over a dataset, or resume it.")(run_command)
-app.command("export", help="Write a job's results, in input order, to one .parquet or .jsonl file.")(export_command)
-app.command("status", help="Report how far a job is.")(status_command)
-app.command("inspect", help="Dry run: rows, columns, prompt lengths and the work a job over INPUT would be.")(
-    inspect_command)
-app.command("bench", help="Throughput benchmark: bulkinfer beside transformers' batching.")(bench_command)
-app.command("lm-eval", help="lm-evaluation-harness with the bulkinfer backend; every argument goes to lm_eval.",
-            context_settings=LM_EVAL_SETTINGS, add_help_option=False)(lm_eval_command)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: a user's mistake prints one line, with no traceback, and exits 2; a job that cannot go
-    on (a full disk, a lost lock) one line and exit 1."""
-    _log_to_stderr()
-    command = typer.main.get_command(app)
     try:
-        code = command.main(args=argv, prog_name="bulkinfer", standalone_mode=False)
-    except (*CLI_USAGE_ERRORS, UsageError) as exc:
-        message = str(exc) if isinstance(exc, UsageError) else exc.format_message()
-        print(f"bulkinfer: error: {message}", file=sys.stderr)
-        sys.exit(2)
-    except RunError as exc:
-        print(f"bulkinfer: error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside a job: while starting up, or in another command
+        from bulkinfer.cli.app import run
+    except KeyboardInterrupt:
         print("bulkinfer: interrupted", file=sys.stderr)
         sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-class _Stderr(logging.StreamHandler):
-    """Writes to whatever sys.stderr is when a record comes, not when the handler was made."""
-
-    @property
-    def stream(self):  # noqa: D102
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def _log_to_stderr() -> None:
-    """The library's warnings (a repaired file, an empty input) as `bulkinfer: ...` lines."""
-    handler = _Stderr()
-    handler.setFormatter(logging.Formatter("bulkinfer: %(message)s"))
-    library = logging.getLogger("bulkinfer")
-    library.handlers[:] = [handler]
-    library.setLevel(logging.INFO)
-    library.propagate = False
-    # Said by TorchInductor's first CPU compile on any machine with a CUDA toolkit and no GPU; not our user's concern.
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    run(argv)
