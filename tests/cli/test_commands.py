@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import DEMO_MODEL, REPO, invoke, one_line_error
 
 import bulkinfer.cli.lm_eval as lm_eval_cli
 from bulkinfer.cli.histogram import LengthBin, length_bins
-from cli_helpers import DEMO_MODEL, REPO, invoke, one_line_error
 
 DATA = REPO / "examples" / "data"
 

@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_helpers import DEMO_MODEL, REPO, invoke, one_line_error
 
 from bulkinfer.cli.jobfile import merge_settings, read_job_file
 from bulkinfer.cli.run import run_settings
 from bulkinfer.errors import UsageError
-from cli_helpers import DEMO_MODEL, REPO, invoke, one_line_error
 
 DATA = REPO / "examples" / "data" / "eval-suite.jsonl"
 

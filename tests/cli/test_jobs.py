@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import REPO, exported, invoke
+
 
 @pytest.fixture(autouse=True)
 def at_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:

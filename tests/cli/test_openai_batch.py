@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import DEMO_MODEL, invoke, one_line_error
 from openai.types import Completion, ErrorObject
 from openai.types.chat import ChatCompletion
 
 from bulkinfer.openai_batch.requests import parse_line
-from cli_helpers import DEMO_MODEL, invoke, one_line_error
 
 CHAT = "/v1/chat/completions"
 
@@ -79,6 +79,22 @@ def test_batch_job_exports_openai_output_lines(capsys, tmp_path: Path, batch_fil
     assert "temperature must be >= 0" in lines[5]["response"]["body"]["error"]["message"]
     code, _, err = invoke(capsys, *run)  # the same command again: the job is found complete, not changed
     assert code == 0 and "complete: 6 of 6 rows done" in err
+
+
+def test_a_batch_job_exports_batch_lines_by_itself_and_its_table_when_asked(capsys, tmp_path: Path,
+                                                                           batch_file: Path) -> None:
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
+                          "--output", tmp_path / "out")
+    assert code == 0, err
+    assert "bulkinfer export" in err and "--format openai-batch" not in err  # the hint needs no --format now
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "lines.jsonl")
+    assert code == 0, err
+    lines = [json.loads(line) for line in (tmp_path / "lines.jsonl").read_text().splitlines()]
+    assert [line["custom_id"] for line in lines] == ["chat-1", "text-1", None, "embed-1", "chat-2", "chat-3"]
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "table.jsonl", "--format", "rows")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "table.jsonl").read_text().splitlines()]
+    assert [row["custom_id"] for row in rows] == [line["custom_id"] for line in lines] and "generated_text" in rows[0]
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from bulkinfer.runner.outdir.ledger import load_progress
 from runner_files import committed
+
+from bulkinfer.runner.outdir.ledger import load_progress
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 # Small windows and shards, so that even a short job crosses many window and commit boundaries.

@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
+from runner_files import prompts, read_results, write_jsonl
 
 from bulkinfer.cli import main
-from runner_files import prompts, read_results, write_jsonl
 
 
 def _main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
@@ -79,3 +79,101 @@ def test_status_and_export_of_a_non_job_are_usage_errors(capsys, tmp_path: Path)
     for argv in (["status", str(tmp_path)], ["export", str(tmp_path), str(tmp_path / "x.parquet")]):
         code, _, err = _main(capsys, *argv)
         assert code == 2 and err == f"bulkinfer: error: {tmp_path}: not a bulkinfer output directory (no job.json)\n"
+
+
+def _damaged_inputs(tmp_path: Path) -> dict[str, Path]:
+    """Files a user may point a job at that cannot be read, each named for what is wrong with it."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"prompt": [f"{i}+1=" for i in range(200)]}), good)
+    files = {"cut.parquet": good.read_bytes()[:300], "text.parquet": b"prompt\n1+1=\n", "empty.parquet": b""}
+    lines = b"".join(json.dumps({"prompt": f"{i}+1="}).encode() + b"\n" for i in range(20_000))
+    files["cut.jsonl.gz"] = gzip.compress(lines)[:5_000]
+    paths = {}
+    for name, content in files.items():
+        paths[name] = tmp_path / name
+        paths[name].write_bytes(content)
+    paths["twice.parquet"] = tmp_path / "twice.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"])], names=["prompt", "prompt"]),
+                   paths["twice.parquet"])
+    return paths
+
+
+@pytest.mark.parametrize("command", ["run", "inspect"])
+def test_unreadable_inputs_are_one_line_before_anything_is_written(capsys, tmp_path: Path, tiny_llama: Path,
+                                                                   command: str) -> None:
+    for name, path in _damaged_inputs(tmp_path).items():
+        out = tmp_path / f"out-{name}"
+        argv = ["run", "--model", str(tiny_llama), "--input", str(path), "--output", str(out)] \
+            if command == "run" else ["inspect", str(path)]
+        code, _, err = _main(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1 and err.startswith(f"bulkinfer: error: {path}"), (name, err)
+        expected = "has two columns named 'prompt'" if name == "twice.parquet" else "the file is damaged or not"
+        assert expected in err, (name, err)
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--dtype", "float64"], "dtype must be one of auto, float32"),
+    (["--device", "cuda"], "no CUDA GPU is available"),
+    (["--max-model-len", "100000"], "max_model_len must be between 1 and"),
+])
+def test_engine_settings_are_refused_before_job_json_is_written(capsys, tmp_path: Path, tiny_llama: Path,
+                                                                data: Path, arguments: list[str], message: str):
+    out = tmp_path / "out"
+    code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(data), "--output", str(out),
+                         *arguments)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (out / "job.json").exists()
+    # The corrected command is then a new job, not "a different job".
+    code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(data), "--output", str(out),
+                         "--max-tokens", "2")
+    assert code == 0, err
+
+
+def test_an_output_directory_inside_an_input_directory_is_refused(capsys, tmp_path: Path, tiny_llama: Path,
+                                                                  data: Path) -> None:
+    code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(tmp_path), "--output",
+                         str(tmp_path / "out"))
+    assert code == 2 and "is inside the input" in err and err.count("\n") == 1, err
+
+
+def test_an_input_without_rows_completes_with_a_warning(capsys, tmp_path: Path, tiny_llama: Path) -> None:
+    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(empty), "--output",
+                         str(tmp_path / "out"))
+    assert code == 0 and "the input holds no rows" in err, err
+
+
+@pytest.fixture
+def unwritable(tmp_path: Path):
+    """An existing, empty directory nobody may write into, root included (an immutable one, for root)."""
+    import os
+    import shutil
+    import subprocess
+
+    directory = tmp_path / "locked"
+    directory.mkdir()
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        yield directory
+        directory.chmod(0o755)
+        return
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(directory)]).returncode != 0:
+        pytest.skip("root, and this filesystem has no immutable directories to refuse a write")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+def test_an_output_directory_that_cannot_be_written_is_one_line(capsys, tiny_llama: Path, data: Path,
+                                                                unwritable: Path) -> None:
+    code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(data), "--output",
+                         str(unwritable))
+    assert (code, err) == (2, f"bulkinfer: error: {unwritable}: the output directory cannot be written "
+                              f"(permission denied); choose another --output\n")

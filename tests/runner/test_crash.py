@@ -7,13 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runner_files import prompts, read_results, write_jsonl
+from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.outdir.ledger import load_progress
-from runner_files import prompts, read_results, write_jsonl
-from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
 pytestmark = pytest.mark.slow  # processes killed with SIGKILL, then resumed, many times
 

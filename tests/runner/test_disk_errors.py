@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from runner_files import prompts, read_results, write_jsonl
+from subprocess_job import SETTINGS, assert_consistent, commits, start
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
-from runner_files import prompts, read_results, write_jsonl
-from subprocess_job import SETTINGS, assert_consistent, commits, start
 
 pytestmark = pytest.mark.slow  # a job process per disk error, then its rerun
 

@@ -4,6 +4,7 @@ import random
 from pathlib import Path
 
 import pytest
+from runner_files import read_results
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
@@ -11,7 +12,6 @@ from bulkinfer.runner.outdir.layout import JobDir, new_manifest
 from bulkinfer.runner.outdir.ledger import Ledger, make_commit
 from bulkinfer.runner.outdir.result_files import ResultFiles
 from bulkinfer.runner.shards import WHOLE
-from runner_files import read_results
 
 
 def _result(index: int) -> dict:

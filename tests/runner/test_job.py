@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from runner_files import prompts, read_results, write_jsonl, write_parquet
 
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.runner.config import JobConfig
@@ -13,7 +14,6 @@ from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.loop import Snapshot
 from bulkinfer.runner.status import job_status
-from runner_files import prompts, read_results, write_jsonl, write_parquet
 
 FAST = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=6, commit_seconds=0.5)
 

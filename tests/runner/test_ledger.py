@@ -5,8 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from bulkinfer.runner.outdir.ledger import (Commit, Ledger, LedgerCorruptError, Void, load_progress, make_commit,
-                                            read_records)
+from bulkinfer.runner.outdir.ledger import (
+    Commit,
+    Ledger,
+    LedgerCorruptError,
+    Void,
+    load_progress,
+    make_commit,
+    read_records,
+)
 
 
 def _append(path: Path, *records, job: dict | None = None) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from runner_files import read_results
 from transformers import AutoTokenizer
 
 from bulkinfer.runner.config import JobConfig
@@ -19,7 +20,6 @@ from bulkinfer.runner.inputs import SourceRow
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.outdir.result_files import ResultFiles
 from bulkinfer.runner.requests import GenerateRequests
-from runner_files import read_results
 
 LINES = 10_000
 POISONED = (1, 151, 10_000)  # line numbers, from 1

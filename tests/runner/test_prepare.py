@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.requests import GenerateRequests
+from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.inputs import SourceRow
+from bulkinfer.runner.requests import GenerateRequests
 
 MAX_MODEL_LEN = 64
 

@@ -3,11 +3,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from bulkinfer.runner.inputs import read_rows, scan_inputs, windows
-from bulkinfer.runner.rowset import RowSet
-from bulkinfer.runner.inputs import resolve_sources
 from runner_files import write_jsonl, write_parquet
+
+from bulkinfer.runner.inputs import read_rows, resolve_sources, scan_inputs, windows
+from bulkinfer.runner.rowset import RowSet
 
 
 def _rows(paths: list[Path], done: RowSet | None = None, batch_rows: int = 3):

@@ -3,13 +3,13 @@
 from pathlib import Path
 
 import pytest
+from runner_files import read_results, write_jsonl, write_parquet
 
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.open_job import open_job
-from runner_files import read_results, write_jsonl, write_parquet
 
 FAST = dict(max_tokens=2, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=6, commit_seconds=0.5,
             max_model_len=64)

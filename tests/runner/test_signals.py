@@ -3,9 +3,10 @@
 import signal
 from pathlib import Path
 
-from bulkinfer.runner.status import job_status
 from runner_files import prompts, write_jsonl
 from subprocess_job import assert_consistent, commits, start, wait_for
+
+from bulkinfer.runner.status import job_status
 
 
 def test_sigterm_stops_cleanly_and_says_how_to_resume(tmp_path: Path, tiny_llama: Path) -> None:

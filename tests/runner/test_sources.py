@@ -1,10 +1,10 @@
 from pathlib import Path
 
 import pytest
+from runner_files import write_jsonl, write_parquet
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.inputs import resolve_sources
-from runner_files import write_jsonl, write_parquet
 
 
 def test_files_directories_and_globs_resolve_in_a_stable_order(tmp_path: Path) -> None:

@@ -5,14 +5,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from runner_files import write_jsonl, write_parquet
 
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.export import export_job
+from bulkinfer.runner.open_job import open_job
 from bulkinfer.runner.outdir.ledger import make_commit
 from bulkinfer.runner.outdir.result_files import ResultFiles
-from bulkinfer.runner.open_job import open_job
 from bulkinfer.runner.status import job_status
-from runner_files import write_jsonl, write_parquet
 
 
 def _config(tmp_path: Path, model: Path, **settings) -> JobConfig:
@@ -35,6 +36,8 @@ def test_a_new_job_records_its_inputs_and_resume_finds_them(tmp_path: Path, tiny
     again = open_job(_config(tmp_path, tiny_llama))
     assert sorted(r for r in range(5) if r in again.done) == [1, 3]
     assert job_status(tmp_path / "out").state == "running"  # this process holds the lock
+    with pytest.raises(UsageError, match="not complete .*it is still running: wait for it to finish"):
+        export_job(tmp_path / "out", tmp_path / "out.parquet")
     again.close()
     assert job_status(tmp_path / "out").to_json() == {"rows_total": 5, "rows_done": 2, "rows_failed": 0,
                                                       "state": "interrupted"}

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from runner_files import read_results, write_jsonl
 
 from bulkinfer import LLM
 from bulkinfer.cli.jobfile import read_job_file
@@ -10,7 +11,6 @@ from bulkinfer.cli.run import run_settings
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
-from runner_files import read_results, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(max_num_seqs=8, window_rows=4, shard_rows=3, commit_seconds=0.5, max_model_len=64)

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from runner_files import committed, prompts, read_results, write_jsonl
 
 from bulkinfer.cli import main
 from bulkinfer.errors import RunError, UsageError
@@ -16,7 +17,6 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.status import job_status
-from runner_files import committed, prompts, read_results, write_jsonl
 
 SETTINGS = dict(max_tokens=3, temperature=0.0, max_num_seqs=8, window_rows=10, shard_rows=10, commit_seconds=60)
 

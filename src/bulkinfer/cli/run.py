@@ -60,8 +60,7 @@ def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
             stats = run_stats(config, outcome, display.last, time.monotonic() - started, command.hourly_cost)
             stats["settings"].update({**asdict(command), **asdict(ray)})
             _report(config, outcome, stats)
-        _say_outcome(outcome, "--format openai-batch RESULTS.jsonl" if command.format == "openai-batch"
-                     else "RESULTS.parquet")
+        _say_outcome(outcome, "RESULTS.jsonl" if command.format == "openai-batch" else "RESULTS.parquet")
     if outcome.stopped_by is not None and not outcome.complete:
         return 128 + outcome.stopped_by
     if not outcome.complete:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import io
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
@@ -135,8 +136,14 @@ def required_columns(config: JobConfig) -> list[tuple[str, str]]:
 def columns_of(source: Source) -> set[str] | None:
     """Parquet: the schema's names. JSONL: the keys of the first objects; None when none of its first lines parses."""
     if source.format == "parquet":
-        return set(pq.ParquetFile(source.path).schema_arrow.names)
-    return _sample_keys(source.path)
+        names = _parquet(source).schema_arrow.names
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            raise UsageError(f"{source.path}: has two columns named {twice!r}; a job reads columns by name, "
+                             f"so rename one")
+        return set(names)
+    with _reading(source):
+        return _sample_keys(source.path)
 
 
 # ---- rows -------------------------------------------------------------------------------------
@@ -181,7 +188,7 @@ class _Skipped:
 def _read_parquet(source: Source, start: int, skip: RowsToSkip, batch_rows: int) -> Iterator[SourceRow]:
     """Rows numbered from `start`; a record batch whose rows are all skipped is not even converted."""
     index = start
-    for batch in pq.ParquetFile(source.path).iter_batches(batch_size=batch_rows):
+    for batch in _parquet(source).iter_batches(batch_size=batch_rows):
         stop = index + batch.num_rows
         if not skip.contains_all(index, stop):
             for offset, (values, problem) in enumerate(_batch_rows(batch)):
@@ -194,11 +201,41 @@ def _read_parquet(source: Source, start: int, skip: RowsToSkip, batch_rows: int)
 
 def _batch_rows(batch: pa.RecordBatch) -> list[tuple[dict | None, str | None]]:
     """Each row's values, or why it has none: a file written by another tool may hold text that is not
-    UTF-8, which fails only its own row."""
+    UTF-8, which fails only its own row. Dates, times and timestamps come as their integers, which
+    result files turn back into the input's own type (see input_types): Python's datetime would drop
+    nanoseconds."""
+    batch = pa.RecordBatch.from_arrays([_exact(column) for column in batch.columns], schema=_exact_schema(batch.schema))
     try:
         return [(values, None) for values in batch.to_pylist()]
     except (UnicodeDecodeError, pa.ArrowException):
         return [_one_row(batch, offset) for offset in range(batch.num_rows)]
+
+
+def input_types(files: list[InputFile]) -> dict[str, pa.DataType]:
+    """The Arrow type of each column of the Parquet inputs, for result files to keep: the first file's
+    where files differ."""
+    types: dict[str, pa.DataType] = {}
+    for file in files:
+        if file.format == "parquet":
+            for field in _parquet(file.source).schema_arrow:
+                types.setdefault(field.name, field.type)
+    return types
+
+
+def _exact(column: pa.Array) -> pa.Array:
+    return column.view(_STORAGE[column.type.bit_width]) if _temporal(column.type) else column
+
+
+def _exact_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([field.with_type(_STORAGE[field.type.bit_width]) if _temporal(field.type) else field
+                      for field in schema])
+
+
+def _temporal(data_type: pa.DataType) -> bool:
+    return pa.types.is_temporal(data_type) and data_type.bit_width in _STORAGE
+
+
+_STORAGE = {32: pa.int32(), 64: pa.int64()}
 
 
 def _one_row(batch: pa.RecordBatch, offset: int) -> tuple[dict | None, str | None]:
@@ -290,11 +327,30 @@ def _open_lines(path: Path) -> IO[bytes]:
 
 
 def _count_rows(source: Source) -> int:
-    """Rows the file will yield: Parquet's row count, or the JSONL file's non-blank lines."""
+    """Rows the file will yield: Parquet's row count, or the JSONL file's non-blank lines. Reading a JSONL
+    file to its end here finds a damaged one (a cut .gz) before the job starts."""
     if source.format == "parquet":
-        return pq.ParquetFile(source.path).metadata.num_rows
-    with _open_lines(source.path) as lines:
+        return _parquet(source).metadata.num_rows
+    with _reading(source), _open_lines(source.path) as lines:
         return sum(1 for raw in lines if not _blank(raw))
+
+
+def _parquet(source: Source) -> pq.ParquetFile:
+    with _reading(source):
+        return pq.ParquetFile(source.path)
+
+
+@contextmanager
+def _reading(source: Source) -> Iterator[None]:
+    """A file that cannot be read (cut short, not of its format, a damaged compressed stream) is the
+    user's to repair or remove: one line, not a traceback."""
+    try:
+        yield
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise  # a machine's error (EIO, ENOENT ...), not the file's content
+        raise UsageError(f"{source.path}: cannot be read as {source.format} ({exc}); the file is damaged or not "
+                         f"{source.format}: repair or remove it") from None
 
 
 def _sample_keys(path: Path, max_objects: int = 100) -> set[str] | None:

@@ -91,7 +91,20 @@ class LocalExecutor:
     """The rows through this process's engine."""
 
     def check(self, config: JobConfig) -> None:
-        pass  # every job runs here
+        """The engine's options against the model and this machine (a device that is not here, a length
+        past the model's), so that a mistake there is refused before job.json is written."""
+        from bulkinfer.engine.resolve import resolve  # torch: only a run that computes pays for it
+        from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
+        from bulkinfer.models.loader import read_config
+
+        try:
+            path = resolve_model_path(config.model)
+        except ModelNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            resolve(config.engine, read_config(path)[0])
+        except (ValueError, KeyError) as exc:  # an architecture we cannot run, a bad option for this model
+            raise UsageError(f"cannot load {config.model}: {exc}") from None
 
     def __call__(self, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool],
                  reporter: Reporter | None) -> None:

@@ -15,7 +15,15 @@ from typing import Any
 
 from bulkinfer.errors import RunError, UsageError, disk_error
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import InputFile, Source, check_columns, identity_of, resolve_sources, scan_inputs
+from bulkinfer.runner.inputs import (
+    InputFile,
+    Source,
+    check_columns,
+    identity_of,
+    input_types,
+    resolve_sources,
+    scan_inputs,
+)
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
 from bulkinfer.runner.outdir.layout import JobDir, new_manifest
@@ -45,7 +53,7 @@ class OpenJob:
         return len(self.rows)
 
     def committer(self, config: JobConfig) -> Committer:
-        files = ResultFiles(self.directory.results_path, config.output_format)
+        files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files))
         return Committer(files, self.ledger, self.progress, config.shard_rows, config.commit_seconds,
                          self.check_owner)
 

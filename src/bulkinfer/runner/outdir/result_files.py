@@ -5,10 +5,12 @@ ledger records it, with its size and SHA-256; files the ledger does not know (le
 between rename and ledger append, or mid-write) are deleted on the next start, and a listed file
 whose bytes are no longer those is found by `damage`.
 
-Rows are dicts, possibly with uneven keys and types, as JSONL gives them. A column whose values
-Arrow cannot hold in one type (a JSONL key that is a number on one line and a string on another)
-becomes a text column rather than being dropped or refused: strings stay as they are and other
-values are written as JSON, the same way in every file, so the files still line up.
+Rows are dicts, possibly with uneven keys and types, as JSONL gives them. Columns of a Parquet input
+keep its Arrow types exactly (`input_types`: nanosecond timestamps, decimals, maps). Any other
+column whose values Arrow cannot hold in one type (a JSONL key that is a number on one line and a
+string on another) becomes a text column rather than being dropped or refused: strings stay as they
+are and other values are written as JSON, the same way in every file, so the files still line up.
+In JSON, NaN and infinities are written as null.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import base64
 import hashlib
 import io
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -43,9 +46,10 @@ class WrittenFile:
 class ResultFiles:
     """The results folder of one job (or one shard of it)."""
 
-    def __init__(self, directory: Path, fmt: str = "parquet") -> None:
+    def __init__(self, directory: Path, fmt: str = "parquet", input_types: dict[str, pa.DataType] | None = None):
         self.directory = directory
         self.format = fmt
+        self.input_types = input_types or {}
 
     def path_of(self, seq: int) -> Path:
         return self.directory / f"shard-{seq:06d}{EXTENSIONS[self.format]}"
@@ -113,11 +117,13 @@ class ResultFiles:
 
     def _write_rows(self, handle: Any, rows: list[dict[str, Any]]) -> None:
         if self.format == "parquet":
-            table = rows_to_table(rows)
+            table = rows_to_table(rows, self.input_types)
             # Statistics only where export filters, and dictionaries only for short values: with either,
             # one huge text cell (a 50 MB prompt) would be copied several times over.
             pq.write_table(table, handle, write_statistics=[ROW_INDEX], use_dictionary=_short_columns(table))
         else:
+            if self.input_types:  # typed values (a timestamp read as its integer) as JSON can hold them
+                rows = rows_to_table(rows, self.input_types).to_pylist()
             handle.writelines(json_line(row) for row in rows)
 
     def remove_except(self, committed: set[str]) -> None:
@@ -160,7 +166,22 @@ def file_digest(path: Path) -> str:
 
 
 def json_line(row: dict[str, Any]) -> bytes:
-    return (json.dumps(row, ensure_ascii=False, default=json_default) + "\n").encode("utf-8")
+    try:
+        text = json.dumps(row, ensure_ascii=False, default=json_default, allow_nan=False)
+    except ValueError:  # NaN or an infinity, which JSON has no form for
+        text = json.dumps(_finite(row), ensure_ascii=False, default=json_default, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def _finite(value: Any) -> Any:
+    """The value with every NaN and infinity made None, however deep."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def json_default(value: Any) -> Any:
@@ -172,9 +193,10 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
-def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
+def rows_to_table(rows: list[dict[str, Any]], types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    """`types`: the Arrow type of columns whose values came from a Parquet input, kept exactly."""
     names = list(dict.fromkeys(name for row in rows for name in row))
-    return pa.table({name: _column([row.get(name) for row in rows]) for name in names})
+    return pa.table({name: _column([row.get(name) for row in rows], (types or {}).get(name)) for name in names})
 
 
 def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...]) -> pa.Schema:
@@ -207,7 +229,12 @@ def _read_jsonl(path: Path) -> pa.Table:
         return rows_to_table([json.loads(line) for line in handle])
 
 
-def _column(values: list[Any]) -> pa.Array:
+def _column(values: list[Any], declared: pa.DataType | None = None) -> pa.Array:
+    if declared is not None:
+        try:
+            return pa.array(values, declared)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # a JSONL input's values under the same name: inferred like any other column
     try:
         array = pa.array(values)
         if _storable(array.type):
