@@ -141,3 +141,20 @@ def test_a_model_that_does_not_split_is_a_usage_error(tmp_path, checkpoint_facto
     assert result.returncode == 2
     assert result.stderr.strip().endswith("the model's key/value heads (1) do not divide by tensor_parallel_size (2)")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+_NO_MAIN_GUARD = """
+from bulkinfer import LLM
+llm = LLM({model!r}, tensor_parallel_size=2, max_model_len=64)
+print("made", flush=True)
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_so_instead_of_hanging(tmp_path, tiny_llama):
+    script = tmp_path / "no_guard.py"
+    script.write_text(_NO_MAIN_GUARD.format(model=str(tiny_llama)))
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "made" not in result.stdout
+    assert 'if __name__ == "__main__":' in result.stderr.splitlines()[-1], result.stderr[-2000:]
+    assert time.monotonic() - started < 60

@@ -136,6 +136,7 @@ def run_worker(rank: int, config: ResolvedConfig, model_config: ModelConfig, pat
     # to stop (finish the step, commit) and then closes this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn.send("started")  # see Workers.wait_until_started
     join_process_group(config, rank, address)
     try:
         runner = ModelRunner(config, model_config, path, rank, Leader(conn))

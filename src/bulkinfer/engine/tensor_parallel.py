@@ -14,6 +14,7 @@ import os
 import socket
 import weakref
 from contextlib import contextmanager
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable, Iterator
@@ -27,6 +28,8 @@ from bulkinfer.models.config import ModelConfig
 
 WorkerMain = Callable[[int, ResolvedConfig, ModelConfig, Path, str, Connection], None]
 _JOIN_SECONDS = 10
+_POLL_SECONDS = 0.1
+_GROUP_TIMEOUT = timedelta(minutes=5)
 _DEATH_SECONDS = 1
 
 
@@ -67,11 +70,27 @@ class Workers:
             conns.append(parent_end)
         workers = cls(processes, conns)
         try:
+            workers.wait_until_started()
             join_process_group(config, 0, address)
         except BaseException:
             workers.close()
             raise
         return workers
+
+    def wait_until_started(self) -> None:
+        """Each rank says so once its process runs our code; one that dies first is named at once,
+        instead of leaving rank 0 to wait for it in the process group."""
+        for rank, (process, conn) in enumerate(zip(self.processes, self.conns), start=1):
+            while not conn.poll(_POLL_SECONDS) and process.is_alive():
+                pass
+            try:
+                conn.recv()
+            except EOFError:  # it died without a word
+                process.join(_DEATH_SECONDS)
+                raise RuntimeError(
+                    f"tensor-parallel rank {rank} exited while starting (exit code {process.exitcode}). Each rank "
+                    f"starts by importing the script that made the LLM: make it under "
+                    f"`if __name__ == \"__main__\":`, or the rank runs the whole script again") from None
 
     def agree_on_blocks(self, blocks_that_fit: int) -> int:
         """The KV pool size every rank can hold: the smallest of the ranks' own counts."""
@@ -121,13 +140,14 @@ class Leader:
 
 
 def join_process_group(config: ResolvedConfig, rank: int, address: str) -> None:
+    """A rank that dies between starting and joining makes the others fail after _GROUP_TIMEOUT, not hang."""
     size = config.options.tensor_parallel_size
     if config.device.type == "cuda":
         torch.cuda.set_device(rank_device(config.device, rank))
     else:  # K processes share the cores: more threads than cores would make every rank wait
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // size))
     dist.init_process_group("nccl" if config.device.type == "cuda" else "gloo", init_method=address,
-                            rank=rank, world_size=size)
+                            rank=rank, world_size=size, timeout=_GROUP_TIMEOUT)
 
 
 def _shut_down(processes: list[multiprocessing.Process], conns: list[Connection], threads: int) -> None:
