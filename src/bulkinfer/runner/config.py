@@ -56,7 +56,8 @@ class JobConfig:
     output_format: str = setting("parquet", "Result file format: parquet or jsonl.", choices=("parquet", "jsonl"))
     window_rows: int = setting(20_000, "Rows read, tokenized and sorted by length at a time.")
     shard_rows: int = setting(10_000, "Rows per result file.")
-    commit_seconds: float = setting(60.0, "Commit finished rows at least this often, in seconds.")
+    commit_seconds: float = setting(5.0, "Commit finished rows at least this often, in seconds: a kill loses at "
+                                         "most this much work.")
     max_in_flight: int | None = setting(None, "Requests kept queued in the engine (default: 4 x max_num_seqs).")
     fail_on_error: bool = setting(False, "Exit with status 1 when any row has an error.")
     force: bool = setting(False, "Discard the results of a different job in the output directory and start over.")
