@@ -81,3 +81,8 @@ def test_generate_until_honours_stops_and_lengths(both):
     short = generate({"until": [], "max_gen_toks": 2})
     assert len(ours.tokenizer.encode(short, add_special_tokens=False)) <= 2 and free.startswith(short)
     assert ours.generate_until([]) == []
+
+
+def test_a_device_in_model_args_and_lm_evals_device_is_one_line(tiny_llama):
+    with pytest.raises(ModelArgsError, match=r"^device given both in --model_args and by lm_eval's own options"):
+        get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},device=cpu", {"device": "cpu"})

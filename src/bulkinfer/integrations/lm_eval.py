@@ -30,7 +30,7 @@ import lm_eval.models  # noqa: E402,F401
 from jinja2.exceptions import TemplateError  # noqa: E402
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string  # noqa: E402
 
 from bulkinfer.engine.llm import LLM  # noqa: E402
 from bulkinfer.integrations.lm_eval_settings import (  # noqa: E402
@@ -68,6 +68,21 @@ class BulkinferLM(TemplateLM):
         self.tokenizer = _harness_tokenizer(self.llm, add_bos_token)
         self.add_bos_token = add_bos_token
         self.custom_prefix_token_id = prefix_token_id
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None):
+        """As lm_eval's, but a setting given both in model_args and by lm_eval's own options (its
+        --device, above all) is one line, not a TypeError."""
+        extra = {key: value for key, value in (additional_config or {}).items() if value is not None}
+        twice = sorted(set(arg_dict) & set(extra))
+        if twice:
+            raise ModelArgsError(f"{', '.join(twice)} given both in --model_args and by lm_eval's own options; "
+                                 f"give each once (the device with lm_eval's --device)")
+        return cls(**arg_dict, **extra)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict[str, Any] | None = None):
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     # ---- what lm_eval's TemplateLM needs -------------------------------------------------
 
