@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Layers from the top down; a module may import its own layer's modules and any layer below.
 LAYERS = [
-    ("bulkinfer.cli", "bulkinfer"),  # the command line, and the package's public face
+    ("bulkinfer.cli", "bulkinfer", "bulkinfer.__main__"),  # the command line, and the package's public face
     ("bulkinfer.integrations", "bulkinfer.openai_batch", "bulkinfer.bench"),
     ("bulkinfer.runner",),
     ("bulkinfer.engine", "bulkinfer.sampling_params", "bulkinfer.outputs"),
