@@ -96,3 +96,13 @@ def test_score_script_reads_jsonl_and_parquet(tmp_path, rows, generated, capsys)
     for name in ("out.jsonl", "out.parquet"):
         assert score_demo.main([str(tmp_path / name), "--dataset", str(DATASET)]) == 0
         assert f"({expected}/{len(rows)} exact matches)" in capsys.readouterr().out
+
+
+def test_the_quickstart_in_the_readme_runs(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")], capture_output=True,
+                            text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("12/12 correct;")
