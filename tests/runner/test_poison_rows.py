@@ -16,9 +16,9 @@ from transformers import AutoTokenizer
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
-from bulkinfer.runner.inputs import SourceRow
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import GenerateRequests
 
 LINES = 10_000

@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import SourceRow
+from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import GenerateRequests
 
 MAX_MODEL_LEN = 64

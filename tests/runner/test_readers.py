@@ -5,8 +5,9 @@ import pyarrow as pa
 import pytest
 from runner_files import write_jsonl, write_parquet
 
-from bulkinfer.runner.inputs import read_rows, resolve_sources, scan_inputs, windows
+from bulkinfer.runner.readers import read_rows, windows
 from bulkinfer.runner.rowset import RowSet
+from bulkinfer.runner.sources import resolve_sources, scan_inputs
 
 
 def _rows(paths: list[Path], done: RowSet | None = None, batch_rows: int = 3):

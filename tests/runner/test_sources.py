@@ -4,7 +4,7 @@ import pytest
 from runner_files import write_jsonl, write_parquet
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.inputs import resolve_sources
+from bulkinfer.runner.sources import resolve_sources
 
 
 def test_files_directories_and_globs_resolve_in_a_stable_order(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from runner_files import committed, prompts, read_results, write_jsonl
+from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
 from bulkinfer.errors import RunError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
-from runner_files import committed, prompts, read_results, write_jsonl
-from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
 
 pytestmark = pytest.mark.slow  # a hundred runs and exports
 

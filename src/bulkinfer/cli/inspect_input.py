@@ -17,9 +17,10 @@ from bulkinfer.cli.run import run_settings
 from bulkinfer.cli.summary import cost_per_million
 from bulkinfer.cli.tokenizer import model_tokenizer
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import Source, check_columns, columns_of, read_rows, resolve_sources, scan_inputs, windows
 from bulkinfer.runner.prompts import PromptRenderer
+from bulkinfer.runner.readers import Source, columns_of, read_rows, windows
 from bulkinfer.runner.rowset import RowSet
+from bulkinfer.runner.sources import check_columns, resolve_sources, scan_inputs
 from bulkinfer.settings import Setting, setting, settings_of
 
 WINDOW = 10_000  # rows tokenized per batch call

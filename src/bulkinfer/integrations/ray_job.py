@@ -20,9 +20,9 @@ import pyarrow as pa
 from bulkinfer.errors import UsageError
 from bulkinfer.integrations.ray import RAY_INSTALL_HINT, LLMProcessor
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import InputFile, read_rows
-from bulkinfer.runner.open_job import OpenJob
 from bulkinfer.runner.loop import Reporter
+from bulkinfer.runner.open_job import OpenJob
+from bulkinfer.runner.readers import InputFile, read_rows
 from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
 from bulkinfer.settings import setting
 

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
-from bulkinfer.runner.inputs import COMPRESSION_SUFFIXES, suffix_format
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, conform, json_line, unified_schema
+from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
 from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
 
 CHUNK_ROWS = 10_000  # rows per ordered slice; with the files it overlaps, what export holds at once

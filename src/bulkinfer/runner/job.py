@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import read_rows, windows
 from bulkinfer.runner.loop import JobLoop, Prefetcher, Reporter
 from bulkinfer.runner.open_job import OpenJob, open_job
+from bulkinfer.runner.readers import read_rows, windows
 from bulkinfer.runner.signals import StopSignals
 from bulkinfer.runner.tasks import make_task
 

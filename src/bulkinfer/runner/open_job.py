@@ -15,23 +15,16 @@ from typing import Any
 
 from bulkinfer.errors import RunError, UsageError, disk_error
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import (
-    InputFile,
-    Source,
-    check_columns,
-    identity_of,
-    input_types,
-    resolve_sources,
-    scan_inputs,
-)
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
 from bulkinfer.runner.outdir.layout import JobDir, new_manifest
 from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, load_progress
 from bulkinfer.runner.outdir.lock import JobLock
 from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.readers import InputFile, Source, input_types
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import shard_of
+from bulkinfer.runner.sources import check_columns, identity_of, resolve_sources, scan_inputs
 
 logger = logging.getLogger(__name__)
 

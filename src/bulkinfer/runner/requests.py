@@ -14,8 +14,8 @@ from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar
 
 from bulkinfer.engine.scoring import encode_pair
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import SourceRow
 from bulkinfer.runner.prompts import PromptRenderer, RowSettings
+from bulkinfer.runner.readers import SourceRow
 from bulkinfer.sampling_params import SamplingParams
 
 Item = TypeVar("Item")

@@ -12,7 +12,7 @@ from bulkinfer.engine.scoring import Loglikelihood, loglikelihood_of
 from bulkinfer.outputs import PositionLogprobs, RequestOutput
 from bulkinfer.runner.columns import ROW_INDEX, TASK_COLUMNS, result_columns
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.inputs import SourceRow
+from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import Work
 
 Row = dict[str, Any]

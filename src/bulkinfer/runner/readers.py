@@ -1,13 +1,13 @@
-"""Reading a job's input: the user's --input arguments become an ordered list of files, and the files
-one ordered stream of rows, read a batch or a line at a time so the dataset is never loaded whole.
+"""Reading a job's input files as one ordered stream of rows, a Parquet record batch or a JSONL line
+at a time, so that a dataset is never loaded whole.
 
 A row's position in that stream, counted from 0 across the files in order, is its identity across
-runs; so the order of files must be stable. A JSONL line that cannot be a row becomes an error row.
+runs. A row that cannot be read (not JSON, not Unicode, nested too deeply) becomes an error row; a
+file that cannot be read at all is the user's to repair, said in one line.
 """
 
 from __future__ import annotations
 
-import glob
 import io
 import json
 from contextlib import contextmanager
@@ -21,11 +21,8 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.columns import reserved_clash, reserved_columns
-from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.rowset import RowSet
 
-COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".lz4")
-FORMAT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 READ_BUFFER = 1 << 20
 
 
@@ -76,78 +73,6 @@ class RowsToSkip(Protocol):
     def contains_all(self, start: int, stop: int) -> bool: ...
 
 
-# ---- files ------------------------------------------------------------------------------------
-
-def resolve_sources(inputs: list[str], input_format: str | None = None) -> list[Source]:
-    """Files in the order given; a directory or glob contributes its data files in sorted order."""
-    sources = [Source(path.resolve(), input_format or _format_of(path)) for spec in inputs for path in _expand(spec)]
-    seen: set[Path] = set()
-    for source in sources:
-        if source.path in seen:
-            raise UsageError(f"{source.path}: given twice as input; each row must be read once")
-        seen.add(source.path)
-    return sources
-
-
-def identity_of(source: Source) -> dict[str, Any]:
-    """What says a file is unchanged: path, format, size and modification time."""
-    stat = source.path.stat()
-    return {"path": str(source.path), "format": source.format, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def scan_inputs(sources: list[Source]) -> list[InputFile]:
-    """Stat and count every file; counting a JSONL file reads it once, which is cheap next to inference."""
-    return [InputFile(**identity_of(source), rows=_count_rows(source)) for source in sources]
-
-
-def check_columns(sources: list[Source], config: JobConfig) -> None:
-    """Refuse, before the model loads, a job whose columns are not in its input. Parquet: the schema.
-    JSONL: the keys of its first objects (a later row lacking one becomes an error row)."""
-    reserved = reserved_columns(config.task)
-    for source in sources:
-        present = columns_of(source)
-        if present is None:
-            continue  # no line parses at the top of the file: each bad line will get its error row
-        for setting, column in required_columns(config):
-            if column not in present:
-                raise UsageError(f"{source.name}: no column {column!r} (from {setting}); "
-                                 f"its columns are: {', '.join(sorted(present)) or 'none'}")
-        clash = reserved_clash(present, reserved)
-        if clash:
-            raise UsageError(f"{source.name}: column {clash!r} has the name of an output column; "
-                             f"rename it in the input")
-
-
-def required_columns(config: JobConfig) -> list[tuple[str, str]]:
-    """(setting, column) pairs that every input must have."""
-    if config.task == "score":
-        needed = [("context_column", config.context_column), ("continuation_column", config.continuation_column)]
-    elif config.task == "choice":
-        needed = [("prompt_column", config.prompt_column), ("choices_column", config.choices_column)]
-    elif config.messages_column:
-        needed = [("messages_column", config.messages_column)]
-    else:
-        needed = [("prompt_column", config.prompt_column)]
-    if config.id_column:
-        needed.append(("id_column", config.id_column))
-    return needed + [(f"param_columns.{param}", column) for param, column in config.param_columns.items()]
-
-
-def columns_of(source: Source) -> set[str] | None:
-    """Parquet: the schema's names. JSONL: the keys of the first objects; None when none of its first lines parses."""
-    if source.format == "parquet":
-        names = _parquet(source).schema_arrow.names
-        twice = next((name for name in names if names.count(name) > 1), None)
-        if twice is not None:
-            raise UsageError(f"{source.path}: has two columns named {twice!r}; a job reads columns by name, "
-                             f"so rename one")
-        return set(names)
-    with _reading(source):
-        return _sample_keys(source.path)
-
-
-# ---- rows -------------------------------------------------------------------------------------
-
 def read_rows(files: list[InputFile], done: RowSet, batch_rows: int, wanted: range | None = None,
               task: str = "generate") -> Iterator[SourceRow]:
     """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across
@@ -185,6 +110,39 @@ class _Skipped:
         return not inside or self.done.contains_all(inside.start, inside.stop)
 
 
+def count_rows(source: Source) -> int:
+    """Rows the file will yield: Parquet's row count, or the JSONL file's non-blank lines. Reading a JSONL
+    file to its end here finds a damaged one (a cut .gz) before the job starts."""
+    if source.format == "parquet":
+        return _parquet(source).metadata.num_rows
+    with _reading(source), _open_lines(source.path) as lines:
+        return sum(1 for raw in lines if not _blank(raw))
+
+
+def columns_of(source: Source) -> set[str] | None:
+    """Parquet: the schema's names. JSONL: the keys of the first objects; None when none of its first lines parses."""
+    if source.format == "parquet":
+        names = _parquet(source).schema_arrow.names
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            raise UsageError(f"{source.path}: has two columns named {twice!r}; a job reads columns by name, "
+                             f"so rename one")
+        return set(names)
+    with _reading(source):
+        return _sample_keys(source.path)
+
+
+def input_types(files: list[InputFile]) -> dict[str, pa.DataType]:
+    """The Arrow type of each column of the Parquet inputs, for result files to keep: the first file's
+    where files differ."""
+    types: dict[str, pa.DataType] = {}
+    for file in files:
+        if file.format == "parquet":
+            for field in _parquet(file.source).schema_arrow:
+                types.setdefault(field.name, field.type)
+    return types
+
+
 def _read_parquet(source: Source, start: int, skip: RowsToSkip, batch_rows: int) -> Iterator[SourceRow]:
     """Rows numbered from `start`; a record batch whose rows are all skipped is not even converted."""
     index = start
@@ -211,15 +169,13 @@ def _batch_rows(batch: pa.RecordBatch) -> list[tuple[dict | None, str | None]]:
         return [_one_row(batch, offset) for offset in range(batch.num_rows)]
 
 
-def input_types(files: list[InputFile]) -> dict[str, pa.DataType]:
-    """The Arrow type of each column of the Parquet inputs, for result files to keep: the first file's
-    where files differ."""
-    types: dict[str, pa.DataType] = {}
-    for file in files:
-        if file.format == "parquet":
-            for field in _parquet(file.source).schema_arrow:
-                types.setdefault(field.name, field.type)
-    return types
+def _one_row(batch: pa.RecordBatch, offset: int) -> tuple[dict | None, str | None]:
+    try:
+        return batch.slice(offset, 1).to_pylist()[0], None
+    except UnicodeDecodeError:
+        return None, "a text column holds bytes that are not valid UTF-8"
+    except pa.ArrowException as exc:
+        return None, f"cannot be read ({exc})"
 
 
 def _exact(column: pa.Array) -> pa.Array:
@@ -236,15 +192,6 @@ def _temporal(data_type: pa.DataType) -> bool:
 
 
 _STORAGE = {32: pa.int32(), 64: pa.int64()}
-
-
-def _one_row(batch: pa.RecordBatch, offset: int) -> tuple[dict | None, str | None]:
-    try:
-        return batch.slice(offset, 1).to_pylist()[0], None
-    except UnicodeDecodeError:
-        return None, "a text column holds bytes that are not valid UTF-8"
-    except pa.ArrowException as exc:
-        return None, f"cannot be read ({exc})"
 
 
 def _read_jsonl(source: Source, start: int, skip: RowsToSkip, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
@@ -326,15 +273,6 @@ def _open_lines(path: Path) -> IO[bytes]:
     return io.BufferedReader(pa.input_stream(str(path), compression="detect"), READ_BUFFER)
 
 
-def _count_rows(source: Source) -> int:
-    """Rows the file will yield: Parquet's row count, or the JSONL file's non-blank lines. Reading a JSONL
-    file to its end here finds a damaged one (a cut .gz) before the job starts."""
-    if source.format == "parquet":
-        return _parquet(source).metadata.num_rows
-    with _reading(source), _open_lines(source.path) as lines:
-        return sum(1 for raw in lines if not _blank(raw))
-
-
 def _parquet(source: Source) -> pq.ParquetFile:
     with _reading(source):
         return pq.ParquetFile(source.path)
@@ -366,44 +304,3 @@ def _sample_keys(path: Path, max_objects: int = 100) -> set[str] | None:
                 keys.update(value)
                 found += 1
     return keys if found else None
-
-
-# ---- paths ------------------------------------------------------------------------------------
-
-def _expand(spec: str) -> list[Path]:
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and _is_data_file(p))
-        if not found:
-            raise UsageError(f"{spec}: directory holds no .parquet or .jsonl files")
-        return found
-    if glob.has_magic(spec):
-        found = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-        if not found:
-            raise UsageError(f"{spec}: no file matches this pattern")
-        return found
-    raise UsageError(f"{spec}: no such file or directory")
-
-
-def _is_data_file(path: Path) -> bool:
-    hidden = path.name.startswith((".", "_"))
-    return not hidden and suffix_format(path.name) is not None
-
-
-def suffix_format(name: str) -> str | None:
-    """The format a file name says, a compression suffix aside: "parquet", "jsonl" or None."""
-    name = name.lower()
-    for suffix in COMPRESSION_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return FORMAT_SUFFIXES.get(Path(name).suffix)
-
-
-def _format_of(path: Path) -> str:
-    fmt = suffix_format(path.name)
-    if fmt is None:
-        raise UsageError(f"{path}: cannot tell the format from the file name; pass --input-format parquet or jsonl")
-    return fmt

@@ -1,0 +1,115 @@
+"""Which files a job reads: the user's --input arguments (files, directories, globs) become an
+ordered list of files, each checked for the columns the job needs before the model loads.
+
+The order fixes each row's position, its identity across runs, so it must be stable.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+from bulkinfer.errors import UsageError
+from bulkinfer.runner.columns import reserved_clash, reserved_columns
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.readers import InputFile, Source, columns_of, count_rows
+
+COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".lz4")
+
+
+FORMAT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+
+
+def resolve_sources(inputs: list[str], input_format: str | None = None) -> list[Source]:
+    """Files in the order given; a directory or glob contributes its data files in sorted order."""
+    sources = [Source(path.resolve(), input_format or _format_of(path)) for spec in inputs for path in _expand(spec)]
+    seen: set[Path] = set()
+    for source in sources:
+        if source.path in seen:
+            raise UsageError(f"{source.path}: given twice as input; each row must be read once")
+        seen.add(source.path)
+    return sources
+
+
+def identity_of(source: Source) -> dict[str, Any]:
+    """What says a file is unchanged: path, format, size and modification time."""
+    stat = source.path.stat()
+    return {"path": str(source.path), "format": source.format, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def scan_inputs(sources: list[Source]) -> list[InputFile]:
+    """Stat and count every file; counting a JSONL file reads it once, which is cheap next to inference."""
+    return [InputFile(**identity_of(source), rows=count_rows(source)) for source in sources]
+
+
+def check_columns(sources: list[Source], config: JobConfig) -> None:
+    """Refuse, before the model loads, a job whose columns are not in its input. Parquet: the schema.
+    JSONL: the keys of its first objects (a later row lacking one becomes an error row)."""
+    reserved = reserved_columns(config.task)
+    for source in sources:
+        present = columns_of(source)
+        if present is None:
+            continue  # no line parses at the top of the file: each bad line will get its error row
+        for setting, column in required_columns(config):
+            if column not in present:
+                raise UsageError(f"{source.name}: no column {column!r} (from {setting}); "
+                                 f"its columns are: {', '.join(sorted(present)) or 'none'}")
+        clash = reserved_clash(present, reserved)
+        if clash:
+            raise UsageError(f"{source.name}: column {clash!r} has the name of an output column; "
+                             f"rename it in the input")
+
+
+def required_columns(config: JobConfig) -> list[tuple[str, str]]:
+    """(setting, column) pairs that every input must have."""
+    if config.task == "score":
+        needed = [("context_column", config.context_column), ("continuation_column", config.continuation_column)]
+    elif config.task == "choice":
+        needed = [("prompt_column", config.prompt_column), ("choices_column", config.choices_column)]
+    elif config.messages_column:
+        needed = [("messages_column", config.messages_column)]
+    else:
+        needed = [("prompt_column", config.prompt_column)]
+    if config.id_column:
+        needed.append(("id_column", config.id_column))
+    return needed + [(f"param_columns.{param}", column) for param, column in config.param_columns.items()]
+
+
+def suffix_format(name: str) -> str | None:
+    """The format a file name says, a compression suffix aside: "parquet", "jsonl" or None."""
+    name = name.lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return FORMAT_SUFFIXES.get(Path(name).suffix)
+
+
+def _expand(spec: str) -> list[Path]:
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and _is_data_file(p))
+        if not found:
+            raise UsageError(f"{spec}: directory holds no .parquet or .jsonl files")
+        return found
+    if glob.has_magic(spec):
+        found = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+        if not found:
+            raise UsageError(f"{spec}: no file matches this pattern")
+        return found
+    raise UsageError(f"{spec}: no such file or directory")
+
+
+def _is_data_file(path: Path) -> bool:
+    hidden = path.name.startswith((".", "_"))
+    return not hidden and suffix_format(path.name) is not None
+
+
+def _format_of(path: Path) -> str:
+    fmt = suffix_format(path.name)
+    if fmt is None:
+        raise UsageError(f"{path}: cannot tell the format from the file name; pass --input-format parquet or jsonl")
+    return fmt
