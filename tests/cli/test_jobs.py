@@ -42,6 +42,20 @@ def test_eval_suite_job_answers_every_task(capsys, tmp_path: Path) -> None:
     right = Counter(row["task"] for row in rows if row["generated_text"] == row["answer"])
     assert set(right) == {"add-1digit", "add-2digit", "add-3digit"}
     assert sum(right.values()) / len(rows) >= 0.9
+    # The prompts of a task share their few-shot examples: whole KV blocks the prefix cache serves.
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["prefix_cache_hit_rate"] > 0.5
+
+
+@pytest.mark.parametrize("job", ["eval-score", "eval-choice"])
+def test_scoring_jobs_score_right_answers_above_wrong_ones(capsys, tmp_path: Path, job: str) -> None:
+    code, _, err = invoke(capsys, "run", f"jobs/{job}.toml", "--output", tmp_path / "out")
+    assert code == 0, err
+    rows = exported(capsys, tmp_path / "out")
+    if job == "eval-score":
+        assert all(row["is_greedy"] == row["correct"] for row in rows)
+    else:
+        assert sum(row["choice"] == row["answer"] for row in rows) / len(rows) >= 0.9
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["prefix_cache_hit_rate"] > 0.4
 
 
 def test_synthetic_job_samples_n_per_prompt_reproducibly(capsys, tmp_path: Path) -> None:
