@@ -22,7 +22,7 @@ from bulkinfer.kernels.paged_attention import attention_tiles, extend_shared_byt
 from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supported
 
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
-           "_rms_norm_kernel", "_silu_and_mul_kernel"}
+           "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel"}
 
 
 def run_check(out, *args: str) -> dict:

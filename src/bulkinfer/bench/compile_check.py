@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from bulkinfer.kernels._triton import Launch, is_interpreted
+from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
 from bulkinfer.kernels.rms_norm import rms_norm_launch
 from bulkinfer.kernels.rotary import rotary_launch
@@ -140,6 +141,29 @@ def silu_mul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     return [silu_and_mul_launch(rows, torch.empty(8, inter, dtype=shape.dtype))]
 
 
+# (hidden, expert inter, experts, top_k): Mixtral 8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B.
+MOE_SHAPES = ((4096, 14336, 8, 2), (2048, 1408, 60, 4), (2048, 768, 128, 8))
+
+
+def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Both grouped GEMMs for each MoE model shape and each row tile (decode to prefill sizes);
+    the attention shape only lends its dtype. Weights are meta tensors: only their strides count."""
+    launches = []
+    for hidden, inter, experts, top_k in MOE_SHAPES:
+        w13 = torch.empty(experts, 2 * inter, hidden, dtype=shape.dtype, device="meta")
+        w2 = torch.empty(experts, hidden, inter, dtype=shape.dtype, device="meta")
+        for tokens in (4, 64, 1024):
+            ids = torch.arange(tokens * top_k).remainder(experts).view(tokens, top_k)
+            alignment = align_by_expert(ids, experts, choose_block_m(tokens * top_k, experts))
+            x = torch.zeros(tokens, hidden, dtype=shape.dtype)
+            gate_up = torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype)
+            act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
+            down = torch.zeros(tokens * top_k, hidden, dtype=shape.dtype)
+            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k),
+                         grouped_gemm_launch(act, w2, down, alignment, 1, torch.zeros(tokens * top_k))]
+    return launches
+
+
 @dataclass(frozen=True)
 class KernelCheck:
     name: str
@@ -153,6 +177,7 @@ CHECKS: tuple[KernelCheck, ...] = (
     KernelCheck("rotary", rotary_cases),
     KernelCheck("rms_norm", rms_norm_cases),
     KernelCheck("silu_mul", silu_mul_cases),
+    KernelCheck("fused_moe", fused_moe_cases),
 )
 
 

@@ -1,7 +1,8 @@
 """The set of kernels a model runs with: the PyTorch references, the CPU path, or Triton's.
 
 The CPU path is the references except for decode attention, which reads the paged cache through
-a kernel compiled by TorchInductor where a step's decode groups are big enough to pay for it.
+a kernel compiled by TorchInductor where a step's decode groups are big enough to pay for it, and
+the mixture-of-experts MLP, whose per-expert matmuls go through oneDNN like the linear layers.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from bulkinfer.kernels.fused_moe import fused_moe_ref
 from bulkinfer.kernels.paged_attention import paged_attention_ref
 from bulkinfer.kernels.paged_attention_cpu import paged_attention_cpu
 from bulkinfer.kernels.rms_norm import rms_norm_ref
@@ -19,6 +21,7 @@ from bulkinfer.kernels.rotary import rotary_ref
 from bulkinfer.kernels.silu_mul import silu_and_mul_ref
 from bulkinfer.kernels.store_kv import store_kv_ref
 from bulkinfer.kernels.target import MIN_ARCH, check_supported, device_target
+from bulkinfer.layers.linear import linear
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +36,18 @@ class KernelOps:
     rms_norm: Callable
     rotary: Callable
     silu_and_mul: Callable
+    fused_moe: Callable
 
 
-TORCH_OPS = KernelOps("torch", store_kv_ref, paged_attention_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref)
-CPU_OPS = KernelOps("cpu", store_kv_ref, paged_attention_cpu, rms_norm_ref, rotary_ref, silu_and_mul_ref)
+def fused_moe_cpu(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                  topk_ids: torch.Tensor) -> torch.Tensor:
+    return fused_moe_ref(x, w13, w2, topk_weights, topk_ids, linear=linear)
+
+
+TORCH_OPS = KernelOps("torch", store_kv_ref, paged_attention_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref,
+                      fused_moe_ref)
+CPU_OPS = KernelOps("cpu", store_kv_ref, paged_attention_cpu, rms_norm_ref, rotary_ref, silu_and_mul_ref,
+                    fused_moe_cpu)
 
 
 def resolve_ops(attention_backend: str, device: torch.device) -> KernelOps:
@@ -60,6 +71,7 @@ def triton_ops(device: torch.device) -> KernelOps:
     except ImportError as exc:
         raise RuntimeError(f"attention_backend='triton' needs the triton package, which failed to import: {exc}") from None
     from bulkinfer.kernels import _triton
+    from bulkinfer.kernels.fused_moe import fused_moe_triton
     from bulkinfer.kernels.paged_attention import _decode_kernel, paged_attention_triton
     from bulkinfer.kernels.rms_norm import rms_norm_triton
     from bulkinfer.kernels.rotary import rotary_triton
@@ -73,4 +85,4 @@ def triton_ops(device: torch.device) -> KernelOps:
         raise RuntimeError(f"attention_backend='triton' on {device.type} runs in Triton's interpreter: "
                            "set TRITON_INTERPRET=1 before importing bulkinfer")
     return KernelOps("triton", store_kv_triton, paged_attention_triton, rms_norm_triton, rotary_triton,
-                     silu_and_mul_triton)
+                     silu_and_mul_triton, fused_moe_triton)
