@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._triton import jit, next_power_of_2, tl
+from ._triton import Launch, jit, next_power_of_2, tl
 from .silu_mul import silu_and_mul_ref, silu_and_mul_triton
 
 
@@ -120,7 +120,7 @@ def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype) -> GemmT
     return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8, num_stages=3)
 
 
-@jit
+@jit(do_not_specialize=("num_pairs",))  # the step's token count: no variant per batch size
 def _grouped_gemm_kernel(
     a_ptr, b_ptr, c_ptr, pair_weights_ptr, sorted_pairs_ptr, block_experts_ptr, num_padded_ptr,
     n, k, num_pairs, a_stride, b_stride_e, b_stride_n, c_stride,
@@ -162,18 +162,23 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, alignment:
     Memory: each tile reads its rows of a and its expert's columns of b once, and writes its
     rows of out; padding rows read and write nothing.
     """
+    grouped_gemm_launch(a, b, out, alignment, rows_per_a, pair_weights)()
+
+
+def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, alignment: ExpertAlignment,
+                        rows_per_a: int, pair_weights: torch.Tensor | None = None) -> Launch:
+    """The launch of :func:`grouped_gemm`, decided without a device (the compile check builds it)."""
     n, k = b.shape[1], b.shape[2]
     tiles = choose_gemm_tiles(alignment.block_m, n, k, a.dtype)
     grid = (alignment.sorted_pairs.shape[0] // tiles.block_m, -(-n // tiles.block_n))
     weights = pair_weights if pair_weights is not None else out  # never read without MUL_WEIGHTS
-    _grouped_gemm_kernel[grid](
-        a, b, out, weights, alignment.sorted_pairs, alignment.block_experts, alignment.num_padded,
-        n, k, out.shape[0], a.stride(0), b.stride(0), b.stride(1), out.stride(0),
-        ROWS_PER_A=rows_per_a, MUL_WEIGHTS=pair_weights is not None,
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-    )
+    return Launch(_grouped_gemm_kernel, grid,
+                  (a, b, out, weights, alignment.sorted_pairs, alignment.block_experts, alignment.num_padded,
+                   n, k, out.shape[0], a.stride(0), b.stride(0), b.stride(1), out.stride(0)),
+                  {"ROWS_PER_A": rows_per_a, "MUL_WEIGHTS": pair_weights is not None, "BLOCK_M": tiles.block_m,
+                   "BLOCK_N": tiles.block_n, "BLOCK_K": tiles.block_k,
+                   "DOT_PRECISION": "ieee" if a.dtype == torch.float32 else "tf32",
+                   "num_warps": tiles.num_warps, "num_stages": tiles.num_stages})
 
 
 def fused_moe_triton(

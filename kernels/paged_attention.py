@@ -20,14 +20,14 @@ each sequence's ``q_len``, so the host never reads the lengths:
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from ._triton import jit, next_power_of_2, tl
+from ._triton import Launch, jit, next_power_of_2, run_all, tl
+from .target import KernelTarget, device_target
 
 
 def paged_attention_ref(
@@ -145,13 +145,13 @@ def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, scale_l
     return m_new, l * alpha + tl.sum(p, 1), acc
 
 
-@jit
+@jit(do_not_specialize=("num_splits", "table_stride"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_heads, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    num_heads, group, num_splits, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -162,15 +162,15 @@ def _decode_kernel(
         return  # not a decode row: the extend kernel's
     seq_len = tl.load(seq_lens_ptr + seq)
     # Each split takes a whole number of BLOCK_N slices of this sequence's own keys.
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     kv_start = split * per_split
     kv_end = tl.minimum(kv_start + per_split, seq_len)
     full_end = kv_start + tl.maximum(kv_end - kv_start, 0) // BLOCK_N * BLOCK_N
 
     group_rows = tl.arange(0, BLOCK_H)  # the query heads that share this KV head, padded to a dot's 16
-    heads = kv_head * GROUP + group_rows
+    heads = kv_head * group + group_rows
     dims = tl.arange(0, BLOCK_D)
-    row_mask = (group_rows < GROUP)[:, None] & (dims < HEAD_DIM)[None, :]
+    row_mask = (group_rows < group)[:, None] & (dims < HEAD_DIM)[None, :]
     q = tl.load(q_ptr + token.to(tl.int64) * q_stride_t + heads[:, None] * q_stride_h + dims[None, :],
                 mask=row_mask, other=0.0)
     q_pos = tl.zeros([BLOCK_H], tl.int32) + seq_len - 1
@@ -189,34 +189,36 @@ def _decode_kernel(
                             cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
                             DOT_PRECISION)
 
-    if NUM_SPLITS == 1:
+    if SPLIT:
+        # An empty split (a short sequence in a long batch) stores lse = -inf and zeros: it weighs nothing.
+        part = (seq.to(tl.int64) * num_heads + heads) * num_splits + split
+        l_safe = tl.where(l > 0, l, 1.0)
+        tl.store(part_lse_ptr + part, tl.where(l > 0, m + tl.log2(l_safe), float("-inf")), mask=group_rows < group)
+        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc / l_safe[:, None], mask=row_mask)
+    else:
         out = acc / l[:, None]
         tl.store(out_ptr + token.to(tl.int64) * out_stride_t + heads[:, None] * out_stride_h + dims[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_mask)
-    else:
-        # An empty split (a short sequence in a long batch) stores lse = -inf and zeros: it weighs nothing.
-        part = (seq.to(tl.int64) * num_heads + heads) * NUM_SPLITS + split
-        l_safe = tl.where(l > 0, l, 1.0)
-        tl.store(part_lse_ptr + part, tl.where(l > 0, m + tl.log2(l_safe), float("-inf")), mask=group_rows < GROUP)
-        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc / l_safe[:, None], mask=row_mask)
 
 
-@jit
+@jit(do_not_specialize=("num_splits",))
 def _merge_splits_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, query_start_loc_ptr, out_stride_t, out_stride_h,
-    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+    part_out_ptr, part_lse_ptr, out_ptr, query_start_loc_ptr, num_splits, out_stride_t, out_stride_h,
+    HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
+    # BLOCK_SPLITS is always _MAX_SPLITS: the sums below then have one shape whatever the split count,
+    # and empty or absent splits add exact zeros, so a sequence's result does not depend on it.
     seq = tl.program_id(0)
     head = tl.program_id(1)
     token = tl.load(query_start_loc_ptr + seq)
     if tl.load(query_start_loc_ptr + seq + 1) - token != 1:
         return
-    first = (seq.to(tl.int64) * tl.num_programs(1) + head) * NUM_SPLITS
+    first = (seq.to(tl.int64) * tl.num_programs(1) + head) * num_splits
     splits = tl.arange(0, BLOCK_SPLITS)
     dims = tl.arange(0, BLOCK_D)
-    lse = tl.load(part_lse_ptr + first + splits, mask=splits < NUM_SPLITS, other=float("-inf"))
+    lse = tl.load(part_lse_ptr + first + splits, mask=splits < num_splits, other=float("-inf"))
     weights = tl.exp2(lse - tl.max(lse, 0))
-    mask = (splits < NUM_SPLITS)[:, None] & (dims < HEAD_DIM)[None, :]
+    mask = (splits < num_splits)[:, None] & (dims < HEAD_DIM)[None, :]
     parts = tl.load(part_out_ptr + (first + splits)[:, None] * HEAD_DIM + dims[None, :], mask=mask, other=0.0)
     out = tl.sum(parts * weights[:, None], 0) / tl.sum(weights, 0)
     tl.store(out_ptr + token.to(tl.int64) * out_stride_t + head * out_stride_h + dims,
@@ -236,13 +238,14 @@ def _tile_owner(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
     return lo
 
 
-@jit
+@jit(do_not_specialize=("num_seqs", "table_stride"))
 def _extend_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_seqs, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    num_seqs, group, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr,
     GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DECODE_ROWS: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -250,7 +253,7 @@ def _extend_kernel(
     q_start = tl.load(query_start_loc_ptr + seq)
     q_end = tl.load(query_start_loc_ptr + seq + 1)
     first = q_start + (tile - q_start // BLOCK_Q - seq) * BLOCK_Q  # this tile's first new token
-    if (q_end - q_start <= 1) | (first >= q_end):
+    if ((q_end - q_start <= 1) & (not DECODE_ROWS)) | (first >= q_end):
         return  # a decode row (the decode kernel's) or a spare tile past the sequence's tokens
     seq_len = tl.load(seq_lens_ptr + seq)
     context = seq_len - (q_end - q_start)  # tokens cached before this step's
@@ -258,9 +261,9 @@ def _extend_kernel(
     # Rows are (token, query head of the group), token-major, so one KV load serves them all.
     rows = tl.arange(0, BLOCK_Q * GROUP_PAD)
     tokens = first + rows // GROUP_PAD
-    heads = kv_head * GROUP + rows % GROUP_PAD
+    heads = kv_head * group + rows % GROUP_PAD
     dims = tl.arange(0, BLOCK_D)
-    row_mask = ((tokens < q_end) & (rows % GROUP_PAD < GROUP))[:, None] & (dims < HEAD_DIM)[None, :]
+    row_mask = ((tokens < q_end) & (rows % GROUP_PAD < group))[:, None] & (dims < HEAD_DIM)[None, :]
     q = tl.load(q_ptr + tokens.to(tl.int64)[:, None] * q_stride_t + heads[:, None] * q_stride_h + dims[None, :],
                 mask=row_mask, other=0.0)
     q_pos = context + tokens - q_start
@@ -287,7 +290,9 @@ def _extend_kernel(
 
 
 @dataclass(frozen=True)
-class _Tiles:
+class AttentionTiles:
+    """The launch configuration of both attention kernels on one target."""
+
     block_m: int  # extend rows per program: BLOCK_Q new tokens x the padded query group
     block_n: int  # keys per inner step, in both kernels
     extend_warps: int
@@ -295,29 +300,49 @@ class _Tiles:
     stages: int
 
 
-def _tiles(head_dim: int, device: torch.device) -> _Tiles:
-    if device.type != "cuda":  # the interpreter: small tiles, so short test sequences span several
-        return _Tiles(block_m=32, block_n=32, extend_warps=4, decode_warps=4, stages=1)
-    if head_dim <= 128:
-        return _Tiles(block_m=128, block_n=64, extend_warps=8, decode_warps=4, stages=2)
-    return _Tiles(block_m=64, block_n=32, extend_warps=4, decode_warps=4, stages=2)
+def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget) -> AttentionTiles:
+    """A pure function of the shape, dtype and target, so the compile check builds what a GPU runs.
+
+    Chosen with the compile check so that no variant spills registers: the extend kernel runs 8
+    warps (with 4, head_dim 256 needs 255 registers per thread and spills), and 128 query rows per
+    program only where they fit: head_dim 64, or up to 128 on sm_90 (on sm_80/86 head_dim 80-128
+    spills with 128 rows). Then stages, keys per step and rows per program shrink until the extend
+    kernel's tiles fit the target's shared memory.
+    """
+    if target.interpreted:  # small tiles, so short test sequences span several
+        return AttentionTiles(block_m=32, block_n=32, extend_warps=4, decode_warps=4, stages=1)
+    wide = head_dim <= 64 or (target.arch >= 90 and head_dim <= 128)
+    tiles = AttentionTiles(block_m=128 if wide else 64, block_n=64 if head_dim <= 128 else 32,
+                           extend_warps=8, decode_warps=4, stages=2)
+    element = torch.tensor([], dtype=dtype).element_size()
+    while extend_shared_bytes(tiles, head_dim, element) > target.shared_memory:
+        if tiles.stages > 1:
+            tiles = replace(tiles, stages=tiles.stages - 1)
+        elif tiles.block_n > 16:
+            tiles = replace(tiles, block_n=tiles.block_n // 2)
+        elif tiles.block_m > 16:
+            tiles = replace(tiles, block_m=tiles.block_m // 2)
+        else:
+            break
+    return tiles
 
 
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+def extend_shared_bytes(tiles: AttentionTiles, head_dim: int, element: int) -> int:
+    """What the extend kernel's tiles take in shared memory: the query tile, plus keys and values
+    for each pipeline stage (Triton's own figure for these kernels, compiled for sm_80 and sm_90)."""
+    return element * next_power_of_2(head_dim) * (tiles.block_m + 2 * tiles.stages * tiles.block_n)
 
 
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device) -> int:
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, target: KernelTarget) -> int:
     """How many slices the decode kernel cuts each sequence's keys into (a power of two).
 
     Enough (sequence, KV head, split) programs to give every multiprocessor about four, but no
     split shorter than _MIN_KEYS_PER_SPLIT keys: a big batch runs unsplit, a lone long sequence
     splits up to _MAX_SPLITS ways.
     """
-    wanted = -(-4 * _multiprocessors(device) // max(1, num_seqs * num_kv_heads))
+    wanted = -(-4 * target.multiprocessors // max(1, num_seqs * num_kv_heads))
     splits = max(1, min(wanted, -(-max_seq_len // _MIN_KEYS_PER_SPLIT), _MAX_SPLITS))
-    return 1 << (splits.bit_length() - 1)  # few distinct values, so few compiled variants
+    return 1 << (splits.bit_length() - 1)  # few distinct values: fewer partial buffers to size
 
 
 def paged_attention_triton(
@@ -332,12 +357,15 @@ def paged_attention_triton(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
+    batch_invariant: bool = False,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Triton version of :func:`paged_attention_ref`; reads no tensor back to the host.
 
     The hints are optional upper bounds: ``max_query_len == 1`` skips the extend launch, and
     ``max_seq_len`` (default: the block table's capacity) sizes the split count. ``num_splits``
-    overrides :func:`choose_num_splits`.
+    overrides :func:`choose_num_splits`. With ``batch_invariant`` every row, decode rows too, runs
+    through the extend kernel, whose result for a token depends on its own sequence alone: keys
+    are folded in BLOCK_N slices from position 0 whatever the batch, the chunk or the split count.
 
     Decode grid ``(num_seqs, num_kv_heads, num_splits)``: a sequence, one of its KV heads, one
     slice of its keys. Memory: each key and value of a decode sequence is read once per KV head
@@ -350,53 +378,56 @@ def paged_attention_triton(
     KV head whose query group the tile's rows cover. Memory: each tile reads its sequence's keys and
     values up to its last token once, plus its queries, and writes its outputs.
     """
-    num_tokens, num_heads, head_dim = query.shape
     _check_inputs(query, k_cache, v_cache, block_tables)
     query = query if query.stride(-1) == 1 else query.contiguous()
     out = torch.empty_like(query)
-    num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
-    if num_tokens == 0 or num_seqs == 0:
-        return out
-    tiles = _tiles(head_dim, query.device)
-    group = num_heads // num_kv_heads
-    args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
-    strides = (scale * _LOG2_E, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
-    shape = dict(GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=tiles.block_n,
-                 BLOCK_D=next_power_of_2(head_dim),
-                 DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32")
-    if max_query_len is None or max_query_len > 1:
-        _launch_extend(args, strides, shape, tiles, num_tokens, num_seqs, num_kv_heads)
-    if num_splits is None:
-        bound = max_seq_len if max_seq_len is not None else block_tables.shape[1] * block_size
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, bound, query.device)
-    _launch_decode(args, strides, shape, tiles, num_splits)
+    run_all(attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale,
+                               device_target(query.device), max_query_len=max_query_len,
+                               max_seq_len=max_seq_len, num_splits=num_splits, batch_invariant=batch_invariant))
     return out
 
 
-def _launch_extend(args, strides, shape, tiles: _Tiles, num_tokens: int, num_seqs: int, num_kv_heads: int) -> None:
-    group_pad = next_power_of_2(shape["GROUP"])
-    block_q = max(1, tiles.block_m // group_pad)
-    grid = (num_tokens // block_q + num_seqs, num_kv_heads)
-    _extend_kernel[grid](*args, num_seqs, *strides, **shape, BLOCK_Q=block_q, GROUP_PAD=group_pad,
-                         num_warps=tiles.extend_warps, num_stages=tiles.stages)
-
-
-def _launch_decode(args, strides, shape, tiles: _Tiles, num_splits: int) -> None:
-    query, k_cache, out, query_start_loc, seq_lens = args[0], args[1], args[3], args[4], args[5]
-    num_seqs, num_heads, head_dim = seq_lens.shape[0], query.shape[1], query.shape[2]
+def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale: float,
+                       target: KernelTarget, *, max_query_len: int | None = None, max_seq_len: int | None = None,
+                       num_splits: int | None = None, batch_invariant: bool = False) -> list[Launch]:
+    """The launches that compute ``out``, for ``target``; allocates the split buffers, runs nothing."""
+    num_tokens, num_heads, head_dim = query.shape
+    num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
+    if num_tokens == 0 or num_seqs == 0:
+        return []
+    tiles = attention_tiles(head_dim, query.dtype, target)
+    args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
+    strides = (scale * _LOG2_E, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
+    shape = {"HEAD_DIM": head_dim, "BLOCK_SIZE": block_size, "BLOCK_N": tiles.block_n,
+             "BLOCK_D": next_power_of_2(head_dim), "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32"}
+    group = num_heads // num_kv_heads
+    launches = []
+    if batch_invariant or max_query_len is None or max_query_len > 1:
+        group_pad = next_power_of_2(group)
+        block_q = max(1, tiles.block_m // group_pad)
+        launches.append(Launch(_extend_kernel, (num_tokens // block_q + num_seqs, num_kv_heads),
+                               (*args, num_seqs, group, *strides),
+                               dict(shape, BLOCK_Q=block_q, GROUP_PAD=group_pad, DECODE_ROWS=batch_invariant,
+                                    num_warps=tiles.extend_warps, num_stages=tiles.stages)))
+    if batch_invariant:
+        return launches
+    if num_splits is None:
+        bound = max_seq_len if max_seq_len is not None else block_tables.shape[1] * block_size
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, bound, target)
     parts = lse = out  # placeholders: an unsplit launch writes the output directly
     if num_splits > 1:
-        parts = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=out.device)
-        lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=out.device)
-    grid = (num_seqs, k_cache.shape[2], num_splits)
-    _decode_kernel[grid](*args[:4], parts, lse, *args[4:], num_heads, *strides, **shape,
-                         NUM_SPLITS=num_splits, BLOCK_H=max(16, next_power_of_2(shape["GROUP"])),
-                         num_warps=tiles.decode_warps, num_stages=tiles.stages)
+        parts = out.new_empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32)
+        lse = out.new_empty((num_seqs, num_heads, num_splits), dtype=torch.float32)
+    launches.append(Launch(_decode_kernel, (num_seqs, num_kv_heads, num_splits),
+                           (*args[:4], parts, lse, *args[4:], num_heads, group, num_splits, *strides),
+                           dict(shape, SPLIT=num_splits > 1, BLOCK_H=max(16, next_power_of_2(group)),
+                                num_warps=tiles.decode_warps, num_stages=tiles.stages)))
     if num_splits > 1:
-        _merge_splits_kernel[(num_seqs, num_heads)](
-            parts, lse, out, query_start_loc, out.stride(0), out.stride(1), HEAD_DIM=head_dim,
-            NUM_SPLITS=num_splits, BLOCK_SPLITS=next_power_of_2(num_splits), BLOCK_D=shape["BLOCK_D"])
+        launches.append(Launch(_merge_splits_kernel, (num_seqs, num_heads),
+                               (parts, lse, out, query_start_loc, num_splits, out.stride(0), out.stride(1)),
+                               {"HEAD_DIM": head_dim, "BLOCK_SPLITS": _MAX_SPLITS, "BLOCK_D": shape["BLOCK_D"]}))
+    return launches
 
 
 def _check_inputs(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import jit, next_power_of_2, tl
+from ._triton import Launch, jit, next_power_of_2, tl
 
 
 def rms_norm_ref(
@@ -71,13 +71,18 @@ def rms_norm_triton(
     res_in = _rows(residual, hidden) if has_residual else rows
     res_out = torch.empty(rows.shape, dtype=x.dtype, device=x.device) if has_residual else out
     if rows.shape[0] > 0:
-        block = next_power_of_2(hidden)
-        _rms_norm_kernel[(rows.shape[0],)](
-            rows, res_in, weight.contiguous(), out, res_out,
-            rows.stride(0), res_in.stride(0), hidden, eps,
-            HAS_RESIDUAL=has_residual, BLOCK=block, num_warps=min(16, max(1, block // 512)),
-        )
+        rms_norm_launch(rows, res_in, weight.contiguous(), out, res_out, eps, has_residual)()
     return out.view(shape), res_out.view(shape) if has_residual else None
+
+
+def rms_norm_launch(rows: torch.Tensor, res_in: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
+                    res_out: torch.Tensor, eps: float, has_residual: bool) -> Launch:
+    """The launch over ``rows`` [num_rows, hidden], decided without a device."""
+    hidden = rows.shape[-1]
+    block = next_power_of_2(hidden)
+    return Launch(_rms_norm_kernel, (rows.shape[0],),
+                  (rows, res_in, weight, out, res_out, rows.stride(0), res_in.stride(0), hidden, eps),
+                  {"HAS_RESIDUAL": has_residual, "BLOCK": block, "num_warps": min(16, max(1, block // 512))})
 
 
 def _rows(x: torch.Tensor, hidden: int) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import jit, next_power_of_2, tl
+from ._triton import Launch, jit, next_power_of_2, tl
 
 
 def rotary_ref(
@@ -68,7 +68,7 @@ def rotary_triton(
     rotates all its query and key heads. Memory: reads and writes q and k once each (in place),
     reads one ``head_dim`` row of the table per token.
     """
-    num_tokens, num_heads, head_dim = query.shape
+    num_tokens, _, head_dim = query.shape
     if key.shape[0] != num_tokens or key.shape[2] != head_dim or cos_sin_cache.shape[-1] != head_dim:
         raise ValueError(f"rotary shapes do not agree: query {tuple(query.shape)}, key {tuple(key.shape)}, "
                          f"cos_sin_cache {tuple(cos_sin_cache.shape)}")
@@ -76,11 +76,17 @@ def rotary_triton(
         raise ValueError("rotary works in place, so query, key and cos_sin_cache need unit stride on head_dim")
     if num_tokens == 0:
         return
+    rotary_launch(positions, query, key, cos_sin_cache)()
+
+
+def rotary_launch(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                  cos_sin_cache: torch.Tensor) -> Launch:
+    """The launch that rotates ``query`` and ``key``, decided without a device."""
+    num_tokens, num_heads, head_dim = query.shape
     half = head_dim // 2
-    _rotary_kernel[(num_tokens,)](
-        positions, query, key, cos_sin_cache,
-        query.stride(0), query.stride(1), key.stride(0), key.stride(1), cos_sin_cache.stride(0),
-        NUM_HEADS=num_heads, NUM_KV_HEADS=key.shape[1], HALF=half,
-        BLOCK_H=next_power_of_2(num_heads), BLOCK_KV_H=next_power_of_2(key.shape[1]),
-        BLOCK_HALF=next_power_of_2(half),
-    )
+    return Launch(_rotary_kernel, (num_tokens,),
+                  (positions, query, key, cos_sin_cache, query.stride(0), query.stride(1), key.stride(0),
+                   key.stride(1), cos_sin_cache.stride(0)),
+                  {"NUM_HEADS": num_heads, "NUM_KV_HEADS": key.shape[1], "HALF": half,
+                   "BLOCK_H": next_power_of_2(num_heads), "BLOCK_KV_H": next_power_of_2(key.shape[1]),
+                   "BLOCK_HALF": next_power_of_2(half)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._triton import jit, tl
+from ._triton import Launch, jit, tl
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:  # x: [num_tokens, 2 * inter] -> [num_tokens, inter]
@@ -42,6 +42,12 @@ def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:  # x: [num_tokens, 2 *
     inter = width // 2
     out = torch.empty((rows.shape[0], inter), dtype=x.dtype, device=x.device)
     if rows.shape[0] > 0:
-        grid = (rows.shape[0], -(-inter // _BLOCK))
-        _silu_and_mul_kernel[grid](rows, out, rows.stride(0), inter, BLOCK=_BLOCK)
+        silu_and_mul_launch(rows, out)()
     return out.view(*shape[:-1], inter)
+
+
+def silu_and_mul_launch(rows: torch.Tensor, out: torch.Tensor) -> Launch:
+    """The launch over ``rows`` [num_tokens, 2 * inter] into ``out``, decided without a device."""
+    inter = out.shape[-1]
+    return Launch(_silu_and_mul_kernel, (rows.shape[0], -(-inter // _BLOCK)), (rows, out, rows.stride(0), inter),
+                  {"BLOCK": _BLOCK})

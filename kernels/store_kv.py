@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import jit, next_power_of_2, tl
+from ._triton import Launch, jit, next_power_of_2, tl
 
 
 def store_kv_ref(
@@ -65,12 +65,18 @@ def store_kv_triton(
         return
     _check_cache(k_cache, v_cache, num_kv_heads, head_dim)
     key, value = _unit_stride(key), _unit_stride(value)
-    _store_kv_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache, slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
-        BLOCK_H=next_power_of_2(num_kv_heads), BLOCK_D=next_power_of_2(head_dim),
-    )
+    store_kv_launch(key, value, k_cache, v_cache, slot_mapping)()
+
+
+def store_kv_launch(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    slot_mapping: torch.Tensor) -> Launch:
+    """The launch that stores ``key`` and ``value`` (unit stride on head_dim), decided without a device."""
+    num_tokens, num_kv_heads, head_dim = key.shape
+    return Launch(_store_kv_kernel, (num_tokens,),
+                  (key, value, k_cache, v_cache, slot_mapping, key.stride(0), key.stride(1), value.stride(0),
+                   value.stride(1)),
+                  {"NUM_KV_HEADS": num_kv_heads, "HEAD_DIM": head_dim, "BLOCK_H": next_power_of_2(num_kv_heads),
+                   "BLOCK_D": next_power_of_2(head_dim)})
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, num_kv_heads: int, head_dim: int) -> None:

@@ -20,6 +20,7 @@ from bulkinfer.kernels.paged_attention import (  # noqa: E402
     paged_attention_ref,
     paged_attention_triton,
 )
+from bulkinfer.kernels.target import KNOWN_TARGETS, device_target  # noqa: E402
 
 CONTEXT_EDGES = [1, 15, 16, 17, 50]
 HEAD_DIMS = [64, 128, 80]
@@ -74,18 +75,20 @@ def test_many_sequences(dtype):
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_long_decode_splits(dtype):
     batch = make_batch([(1, 300), (1, 3)], 4, 1, 64, dtype, seed=3)
-    auto = choose_num_splits(2, 1, 300, DEVICE)
+    auto = choose_num_splits(2, 1, 300, device_target(DEVICE))
     assert auto > 1  # a lone long sequence must be split, here and on a GPU
     check(batch, max_query_len=1, max_seq_len=300)
     check(batch, num_splits=8)
 
 
-def test_split_count_heuristic():
-    cpu = torch.device("cpu")
-    assert choose_num_splits(256, 8, 4096, cpu) == 1  # a big batch already fills the chip
-    assert choose_num_splits(1, 1, 100, cpu) == 1  # too short to be worth splitting
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_split_count_heuristic(target):
+    gpu = KNOWN_TARGETS[target]
+    assert choose_num_splits(256, 8, 4096, gpu) == 1  # a big batch already fills the chip
+    assert choose_num_splits(1, 1, 100, gpu) == 1  # too short to be worth splitting
+    assert choose_num_splits(1, 8, 4096, gpu) == 16  # a lone long sequence splits to the limit
     for seqs, heads, length in [(1, 1, 10**6), (3, 2, 5000), (1, 8, 700)]:
-        splits = choose_num_splits(seqs, heads, length, cpu)
+        splits = choose_num_splits(seqs, heads, length, gpu)
         assert splits & (splits - 1) == 0 and 1 <= splits <= 16
 
 

@@ -7,6 +7,7 @@ the mixture-of-experts MLP, whose per-expert matmuls go through oneDNN like the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,7 +20,10 @@ from bulkinfer.kernels.rms_norm import rms_norm_ref
 from bulkinfer.kernels.rotary import rotary_ref
 from bulkinfer.kernels.silu_mul import silu_and_mul_ref
 from bulkinfer.kernels.store_kv import store_kv_ref
+from bulkinfer.kernels.target import MIN_ARCH, check_supported, device_target
 from bulkinfer.layers.linear import linear
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,10 @@ def resolve_ops(attention_backend: str, device: torch.device) -> KernelOps:
         return TORCH_OPS
     if attention_backend == "auto" and device.type == "cpu":
         return CPU_OPS
+    if attention_backend == "auto" and device.type == "cuda" and device_target(device).arch < MIN_ARCH:
+        logger.warning("this GPU (%s) is older than the Triton kernels support: the torch backend runs",
+                       device_target(device).name)
+        return TORCH_OPS
     return triton_ops(device)
 
 
@@ -70,6 +78,7 @@ def triton_ops(device: torch.device) -> KernelOps:
     from bulkinfer.kernels.silu_mul import silu_and_mul_triton
     from bulkinfer.kernels.store_kv import store_kv_triton
 
+    check_supported(device_target(device))
     if device.type != "cuda" and not _triton.is_interpreted(_decode_kernel):
         # The kernels are compiled or interpreted when their module is imported, so the variable
         # must be set before bulkinfer is.

@@ -1,0 +1,343 @@
+"""Every Triton kernel compiled for real GPUs on a machine without one.
+
+``triton.compile`` builds PTX and a cubin for a named target through the ptxas bundled with
+Triton, so the kernels' compile errors, shared memory and register spills can be found in CI.
+For each GPU target and each shape bulkinfer supports, the launchers decide their launches from
+CPU tensors (their configuration is a pure function of shapes, dtype and target, see
+bulkinfer.kernels.target), Triton's own argument binder adds the alignment hints a real launch
+passes, and each distinct variant is compiled once. Register and stack use come from the bundled
+``cuobjdump --dump-resource-usage``.
+
+A variant fails on a compile error, on shared memory above its target's limit, or, for the
+attention kernels, on any spill to local memory. The report (``--out``) lists registers, spills,
+shared memory, warps and stages per kernel variant and target.
+
+Adding a kernel: one ``KernelCheck`` entry in ``CHECKS`` whose function returns the launches its
+launcher decides for a ``Shape`` on a target.
+
+Usage: python -m bulkinfer.bench.compile_check [--full] [--targets sm_80,sm_90] [--out PATH] [--jobs N]
+(TRITON_INTERPRET must be unset: interpreted kernels cannot be compiled.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from bulkinfer.kernels._triton import Launch, is_interpreted
+from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
+from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
+from bulkinfer.kernels.rms_norm import rms_norm_launch
+from bulkinfer.kernels.rotary import rotary_launch
+from bulkinfer.kernels.silu_mul import silu_and_mul_launch
+from bulkinfer.kernels.store_kv import store_kv_launch
+from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget
+
+DEFAULT_OUT = Path("benchmarks/results/kernels-compiled.json")
+KV_HEADS = 2  # per rank; the head count is the group size times this
+
+
+@dataclass(frozen=True)
+class Shape:
+    head_dim: int
+    group: int  # query heads per KV head
+    block_size: int  # tokens per KV-cache block
+    dtype: torch.dtype
+
+    @property
+    def label(self) -> str:
+        return f"d{self.head_dim}-g{self.group}-b{self.block_size}-{str(self.dtype).removeprefix('torch.')}"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    targets: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    groups: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+    dtypes: tuple[torch.dtype, ...]
+
+    def shapes(self, target: KernelTarget) -> Iterable[Shape]:
+        for head_dim in self.head_dims:
+            for group in self.groups:
+                for block_size in self.block_sizes:
+                    for dtype in self.dtypes:
+                        yield Shape(head_dim, group, block_size, dtype)
+
+
+FULL = Matrix(("sm_80", "sm_86", "sm_90"), (64, 80, 96, 128, 256), tuple(range(1, 9)), (16, 32),
+              (torch.float16, torch.bfloat16))
+# What the default test suite compiles (about 20 variants): the widest head size, the one that
+# spilled before 8 warps, with a GQA group, on the two targets most deployments use.
+QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,))
+
+
+# ----------------------------------------------------------------------------------------------
+# What each launcher launches for one shape. Tensors are CPU tensors laid out as the model's are.
+
+
+def _qkv(shape: Shape, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query, key and value as the attention layer passes them: views of one fused projection."""
+    heads, d = shape.group * KV_HEADS, shape.head_dim
+    qkv = torch.zeros(tokens, (heads + 2 * KV_HEADS) * d, dtype=shape.dtype)
+    q, k, v = qkv.split([heads * d, KV_HEADS * d, KV_HEADS * d], dim=-1)
+    return q.view(tokens, heads, d), k.view(tokens, KV_HEADS, d), v.view(tokens, KV_HEADS, d)
+
+
+def _cache(shape: Shape) -> torch.Tensor:
+    return torch.zeros(4, shape.block_size, KV_HEADS, shape.head_dim, dtype=shape.dtype)
+
+
+def attention_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Mixed steps (extend + unsplit decode), a lone long decode (split + merge), batch-invariant."""
+    launches = []
+    for num_seqs, num_splits, invariant in ((3, 1, False), (1, 16, False), (3, None, True)):
+        q, _, _ = _qkv(shape, 8)
+        cache = _cache(shape)
+        tables = torch.zeros(num_seqs, 5, dtype=torch.int32)
+        meta = (torch.zeros(num_seqs + 1, dtype=torch.int32), torch.zeros(num_seqs, dtype=torch.int32), tables)
+        launches += attention_launches(q, cache, cache, torch.empty_like(q), *meta, shape.head_dim ** -0.5, target,
+                                       num_splits=num_splits, batch_invariant=invariant)
+    return launches
+
+
+def store_kv_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    _, k, v = _qkv(shape, 8)
+    cache = _cache(shape)
+    return [store_kv_launch(k, v, cache, cache, torch.zeros(8, dtype=torch.long))]
+
+
+def rotary_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    q, k, _ = _qkv(shape, 8)
+    table = torch.zeros(64, shape.head_dim, dtype=torch.float32)
+    return [rotary_launch(torch.zeros(8, dtype=torch.long), q, k, table)]
+
+
+def rms_norm_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """The hidden state (residual fused) and the per-head q/k norm of Qwen3."""
+    launches = []
+    for width, residual in ((shape.group * KV_HEADS * shape.head_dim, True), (shape.head_dim, False)):
+        rows = torch.zeros(8, width, dtype=shape.dtype)
+        launches.append(rms_norm_launch(rows, rows, torch.ones(width, dtype=shape.dtype), torch.empty_like(rows),
+                                        torch.empty_like(rows), 1e-6, residual))
+    return launches
+
+
+def silu_mul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    inter = 4 * shape.group * KV_HEADS * shape.head_dim
+    rows = torch.zeros(8, 2 * inter, dtype=shape.dtype)
+    return [silu_and_mul_launch(rows, torch.empty(8, inter, dtype=shape.dtype))]
+
+
+# (hidden, expert inter, experts, top_k): Mixtral 8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B.
+MOE_SHAPES = ((4096, 14336, 8, 2), (2048, 1408, 60, 4), (2048, 768, 128, 8))
+
+
+def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Both grouped GEMMs for each MoE model shape and each row tile (decode to prefill sizes);
+    the attention shape only lends its dtype. Weights are meta tensors: only their strides count."""
+    launches = []
+    for hidden, inter, experts, top_k in MOE_SHAPES:
+        w13 = torch.empty(experts, 2 * inter, hidden, dtype=shape.dtype, device="meta")
+        w2 = torch.empty(experts, hidden, inter, dtype=shape.dtype, device="meta")
+        for tokens in (4, 64, 1024):
+            ids = torch.arange(tokens * top_k).remainder(experts).view(tokens, top_k)
+            alignment = align_by_expert(ids, experts, choose_block_m(tokens * top_k, experts))
+            x = torch.zeros(tokens, hidden, dtype=shape.dtype)
+            gate_up = torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype)
+            act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
+            down = torch.zeros(tokens * top_k, hidden, dtype=shape.dtype)
+            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k),
+                         grouped_gemm_launch(act, w2, down, alignment, 1, torch.zeros(tokens * top_k))]
+    return launches
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    name: str
+    launches: Callable[[Shape, KernelTarget], list[Launch]]
+    attention: bool = False  # spills fail the check only for these: they dominate a step's time
+
+
+CHECKS: tuple[KernelCheck, ...] = (
+    KernelCheck("paged_attention", attention_cases, attention=True),
+    KernelCheck("store_kv", store_kv_cases),
+    KernelCheck("rotary", rotary_cases),
+    KernelCheck("rms_norm", rms_norm_cases),
+    KernelCheck("silu_mul", silu_mul_cases),
+    KernelCheck("fused_moe", fused_moe_cases),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Binding, compiling and reading the resource usage.
+
+
+@dataclass
+class Variant:
+    """One compiled kernel variant on one target, and what it costs there."""
+
+    kernel: str
+    target: str
+    check: str
+    attention: bool
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+    shapes: list[str] = field(default_factory=list)
+    registers: int | None = None
+    stack_bytes: int | None = None
+    local_bytes: int | None = None
+    shared_bytes: int | None = None
+    shared_limit: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def bind(launch: Launch, target: KernelTarget):
+    """What Triton compiles for ``launch`` on ``target``: (source, options, key), with the
+    specializations (alignment hints, constant 1s) its binder derives from the arguments."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    kernel = launch.kernel
+    backend = make_backend(GPUTarget("cuda", target.arch, 32))
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*launch.args, **launch.options)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, launch.options, bound, specialization, options)
+    key = repr((kernel.__name__, target.name, signature, constexprs, attrs, sorted(options.__dict__.items())))
+    return ASTSource(kernel, signature, constexprs, attrs), options, key
+
+
+def variants(matrix: Matrix, checks: Iterable[KernelCheck] = CHECKS) -> dict[str, tuple[Variant, Launch]]:
+    """Each distinct compile of the matrix, keyed by what Triton would cache it under."""
+    found: dict[str, tuple[Variant, Launch]] = {}
+    for target_name in matrix.targets:
+        target = KNOWN_TARGETS[target_name]
+        for shape in matrix.shapes(target):
+            for check in checks:
+                for launch in check.launches(shape, target):
+                    _, options, key = bind(launch, target)
+                    if key not in found:
+                        constexprs = {k: v for k, v in launch.options.items() if k not in ("num_warps", "num_stages")}
+                        found[key] = (Variant(launch.kernel.__name__, target.name, check.name, check.attention,
+                                              constexprs, options.num_warps, options.num_stages,
+                                              shared_limit=target.shared_memory), launch)
+                    found[key][0].shapes.append(shape.label)
+    return found
+
+
+_USAGE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def resource_usage(cubin: bytes) -> tuple[int, int, int]:
+    """(registers, stack bytes, local bytes) of the cubin's kernel, by the cuobjdump Triton ships."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        text = subprocess.run([str(tool), "--dump-resource-usage", file.name], capture_output=True, text=True,
+                              check=True).stdout
+    registers, stack, _, local = map(int, _USAGE.search(text).groups())
+    return registers, stack, local
+
+
+_ITEMS: list[tuple[Variant, Launch]] = []  # what forked compiling processes read by index (kernels do not pickle)
+
+
+def _compile_item(index: int) -> Variant:
+    return compile_variant(*_ITEMS[index])
+
+
+def compile_variant(variant: Variant, launch: Launch) -> Variant:
+    import triton
+
+    target = KNOWN_TARGETS[variant.target]
+    source, options, _ = bind(launch, target)
+    try:
+        compiled = triton.compile(source, target=_gpu_target(target), options=options.__dict__)
+    except Exception as exc:  # noqa: BLE001  (any failure to compile is the finding)
+        variant.problems.append(f"compile error: {str(exc).strip().splitlines()[-1] if str(exc) else type(exc).__name__}")
+        return variant
+    variant.shared_bytes = compiled.metadata.shared
+    variant.registers, variant.stack_bytes, variant.local_bytes = resource_usage(compiled.asm["cubin"])
+    if variant.shared_bytes > target.shared_memory:
+        variant.problems.append(f"shared memory {variant.shared_bytes} B above the target's {target.shared_memory} B")
+    if variant.attention and (variant.stack_bytes or variant.local_bytes):
+        variant.problems.append(f"spills: {variant.registers} registers, {variant.stack_bytes} B stack, "
+                                f"{variant.local_bytes} B local")
+    return variant
+
+
+def _gpu_target(target: KernelTarget):
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget("cuda", target.arch, 32)
+
+
+def run(matrix: Matrix, jobs: int = 1, checks: Iterable[KernelCheck] = CHECKS) -> list[Variant]:
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, stated to silence its notice
+    if is_interpreted(_extend_kernel):
+        raise RuntimeError("the compile check needs compiled kernels: unset TRITON_INTERPRET before importing bulkinfer")
+    _ITEMS[:] = variants(matrix, checks).values()
+    if jobs <= 1:
+        return [_compile_item(index) for index in range(len(_ITEMS))]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_compile_item, range(len(_ITEMS)), chunksize=1))
+
+
+def report(matrix: Matrix, results: list[Variant]) -> dict:
+    import triton
+
+    return {
+        "triton": triton.__version__,
+        "targets": {name: asdict(KNOWN_TARGETS[name]) for name in matrix.targets},
+        "matrix": {"head_dims": matrix.head_dims, "groups": matrix.groups, "block_sizes": matrix.block_sizes,
+                   "dtypes": [str(d).removeprefix("torch.") for d in matrix.dtypes]},
+        "variants": len(results),
+        "failures": sum(1 for v in results if v.problems),
+        "kernels": [asdict(v) for v in results],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--full", action="store_true", help="every supported shape (default: the quick subset)")
+    parser.add_argument("--targets", help="comma-separated, from " + ", ".join(KNOWN_TARGETS))
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON report (default: {DEFAULT_OUT})")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1) // 2), help="compiling processes")
+    args = parser.parse_args(argv)
+    matrix = FULL if args.full else QUICK
+    if args.targets:
+        unknown = set(args.targets.split(",")) - set(KNOWN_TARGETS)
+        if unknown:
+            parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
+        matrix = replace(matrix, targets=tuple(args.targets.split(",")))
+    results = run(matrix, args.jobs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report(matrix, results), indent=1) + "\n")
+    for variant in results:
+        for problem in variant.problems:
+            print(f"FAIL {variant.target} {variant.kernel} {variant.constexprs}: {problem}", file=sys.stderr)
+    failures = sum(1 for v in results if v.problems)
+    print(f"compiled {len(results)} kernel variants for {', '.join(matrix.targets)}: {failures} failing; "
+          f"report in {args.out}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Every Triton kernel compiles for sm_80, sm_86 and sm_90 without a GPU: no compile error, shared
+memory within the target's limit, no register spill in the attention kernels.
+
+The check runs in a subprocess: this test session defines its kernels in Triton's interpreter
+when there is no GPU, and interpreted kernels cannot be compiled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from bulkinfer.bench.compile_check import CHECKS, FULL, QUICK
+from bulkinfer.kernels.paged_attention import attention_tiles, extend_shared_bytes
+from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supported
+
+KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
+           "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel"}
+
+
+def run_check(out, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "bulkinfer.bench.compile_check", "--out", str(out), *args],
+                          check=False, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def check_report(report: dict, targets) -> None:
+    assert report["failures"] == 0
+    assert set(report["targets"]) == set(targets)
+    for target in targets:
+        compiled = {v["kernel"] for v in report["kernels"] if v["target"] == target}
+        assert compiled == KERNELS, f"{target}: {KERNELS - compiled} not compiled"
+    for variant in report["kernels"]:
+        assert variant["registers"] > 0 and variant["shared_bytes"] <= variant["shared_limit"]
+        if variant["attention"]:
+            assert variant["stack_bytes"] == 0 and variant["local_bytes"] == 0
+        assert variant["num_warps"] >= 1 and variant["num_stages"] >= 1 and variant["shapes"]
+
+
+def test_quick_matrix_compiles(tmp_path):
+    check_report(run_check(tmp_path / "kernels.json", "--jobs", "1"), QUICK.targets)
+
+
+@pytest.mark.slow
+def test_full_matrix_compiles(tmp_path):
+    # Head dims 64-256, GQA groups 1-8, block sizes 16 and 32, fp16 and bf16, on sm_80, sm_86, sm_90.
+    jobs = str(max(1, (os.cpu_count() or 1)))
+    report = run_check(tmp_path / "kernels.json", "--full", "--jobs", jobs)
+    check_report(report, FULL.targets)
+    # Every shape of the matrix reached every check (a variant lists the shapes that compile to it).
+    shapes = {label for v in report["kernels"] for label in v["shapes"]}
+    assert len(shapes) == len(FULL.head_dims) * len(FULL.groups) * len(FULL.block_sizes) * len(FULL.dtypes)
+
+
+def test_every_check_has_a_name_and_launches():
+    assert len({check.name for check in CHECKS}) == len(CHECKS)
+
+
+@pytest.mark.parametrize("target", sorted(KNOWN_TARGETS))
+@pytest.mark.parametrize("head_dim", FULL.head_dims)
+def test_tiles_fit_shared_memory(target, head_dim):
+    for dtype in (torch.float16, torch.bfloat16):
+        tiles = attention_tiles(head_dim, dtype, KNOWN_TARGETS[target])
+        assert extend_shared_bytes(tiles, head_dim, 2) <= KNOWN_TARGETS[target].shared_memory
+
+
+def test_tiles_shrink_to_a_small_shared_memory():
+    small = KernelTarget("small", 86, 84, 48 * 1024)
+    tiles = attention_tiles(128, torch.float16, small)
+    assert extend_shared_bytes(tiles, 128, 2) <= 48 * 1024 and tiles.stages == 1
+
+
+def test_turing_is_refused_in_one_line():
+    with pytest.raises(RuntimeError, match="compute capability 8.0 or newer") as info:
+        check_supported(KernelTarget("sm_75", 75, 40, 64 * 1024))
+    assert "\n" not in str(info.value)
+    check_supported(KNOWN_TARGETS["sm_80"])
