@@ -41,6 +41,7 @@ def paged_attention_ref(
     *,
     max_query_len: int | None = None,  # hints for the Triton launcher; the reference reads the lengths
     max_seq_len: int | None = None,
+    min_query_len: int | None = None,
     decode: Callable | None = None,  # attention of one group of decode rows; default: decode_ref
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
@@ -356,13 +357,14 @@ def paged_attention_triton(
     *,
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
+    min_query_len: int | None = None,
     num_splits: int | None = None,
     batch_invariant: bool = False,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Triton version of :func:`paged_attention_ref`; reads no tensor back to the host.
 
-    The hints are optional upper bounds: ``max_query_len == 1`` skips the extend launch, and
-    ``max_seq_len`` (default: the block table's capacity) sizes the split count. ``num_splits``
+    The hints are optional bounds: ``max_query_len == 1`` skips the extend launch,
+    ``min_query_len > 1`` the decode launch, and ``max_seq_len`` (default: the block table's capacity) sizes the split count. ``num_splits``
     overrides :func:`choose_num_splits`. With ``batch_invariant`` every row, decode rows too, runs
     through the extend kernel, whose result for a token depends on its own sequence alone: keys
     are folded in BLOCK_N slices from position 0 whatever the batch, the chunk or the split count.
@@ -383,13 +385,15 @@ def paged_attention_triton(
     out = torch.empty_like(query)
     run_all(attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale,
                                device_target(query.device), max_query_len=max_query_len,
-                               max_seq_len=max_seq_len, num_splits=num_splits, batch_invariant=batch_invariant))
+                               max_seq_len=max_seq_len, min_query_len=min_query_len, num_splits=num_splits,
+                               batch_invariant=batch_invariant))
     return out
 
 
 def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale: float,
                        target: KernelTarget, *, max_query_len: int | None = None, max_seq_len: int | None = None,
-                       num_splits: int | None = None, batch_invariant: bool = False) -> list[Launch]:
+                       min_query_len: int | None = None, num_splits: int | None = None,
+                       batch_invariant: bool = False) -> list[Launch]:
     """The launches that compute ``out``, for ``target``; allocates the split buffers, runs nothing."""
     num_tokens, num_heads, head_dim = query.shape
     num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
@@ -410,7 +414,7 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
                                (*args, num_seqs, group, *strides),
                                dict(shape, BLOCK_Q=block_q, GROUP_PAD=group_pad, DECODE_ROWS=batch_invariant,
                                     num_warps=tiles.extend_warps, num_stages=tiles.stages)))
-    if batch_invariant:
+    if batch_invariant or (min_query_len is not None and min_query_len > 1):
         return launches
     if num_splits is None:
         bound = max_seq_len if max_seq_len is not None else block_tables.shape[1] * block_size

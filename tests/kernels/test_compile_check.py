@@ -22,7 +22,8 @@ from bulkinfer.kernels.paged_attention import attention_tiles, extend_shared_byt
 from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supported
 
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
-           "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel"}
+           "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
+           "_matmul_kernel"}
 
 
 def run_check(out, *args: str) -> dict:
@@ -84,3 +85,32 @@ def test_turing_is_refused_in_one_line():
         check_supported(KernelTarget("sm_75", 75, 40, 64 * 1024))
     assert "\n" not in str(info.value)
     check_supported(KNOWN_TARGETS["sm_80"])
+
+
+_BIND_SCRIPT = """
+import torch
+from bulkinfer.bench.compile_check import bind
+from bulkinfer.kernels.paged_attention import attention_launches
+from bulkinfer.kernels.target import KNOWN_TARGETS
+keys = set()
+for num_seqs in (1, 2, 16, 17):
+    for width in (1, 3, 16):
+        q = torch.zeros(num_seqs, 8, 128, dtype=torch.bfloat16)
+        cache = torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16)
+        meta = (torch.zeros(num_seqs + 1, dtype=torch.int32), torch.zeros(num_seqs, dtype=torch.int32),
+                torch.zeros(num_seqs, width, dtype=torch.int32))
+        for num_splits in (1, 4) if num_seqs > 1 else (4, 8):
+            launches = attention_launches(q, cache, cache, torch.empty_like(q), *meta, 0.1, KNOWN_TARGETS["sm_90"],
+                                          num_splits=num_splits)
+            keys |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
+print(len(keys))
+"""
+
+
+def test_new_batch_shapes_compile_nothing_new():
+    # Sequence counts, block-table widths and split counts change every step; none may select a
+    # new compiled variant (extend, unsplit decode, split decode, merge: 4 in all).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _BIND_SCRIPT], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "4"

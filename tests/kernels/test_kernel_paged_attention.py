@@ -53,15 +53,17 @@ def test_prefill_and_extend_rows(dtype, num_heads, num_kv_heads, head_dim):
     check(make_batch(rows, num_heads, num_kv_heads, head_dim, dtype, seed=1))
 
 
+@pytest.mark.parametrize("batch_invariant", [False, True])
 @pytest.mark.parametrize("block_size", [8, 16, 32])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-def test_mixed_batch(dtype, block_size):
+def test_mixed_batch(dtype, block_size, batch_invariant):
     # Decode, prefill and extend rows interleaved, as the scheduler mixes them; a sequence with no
     # new tokens this step (q_len 0) must be skipped by both kernels.
     rows = [(1, 17), (9, 9), (1, 1), (4, 33), (0, 5), (1, 64), (20, 45), (1, 31)]
     batch = make_batch(rows, 8, 2, 64, dtype, block_size=block_size, seed=2)
     expected = paged_attention_ref(**batch)
-    actual = paged_attention_triton(**batch, max_query_len=20, max_seq_len=64, num_splits=2)
+    actual = paged_attention_triton(**batch, max_query_len=20, max_seq_len=64, num_splits=2,
+                                    batch_invariant=batch_invariant)
     assert_close(actual, expected)
 
 
@@ -104,3 +106,26 @@ def test_strided_query_and_empty_batch():
     empty["seq_lens"] = empty["seq_lens"][:0]
     empty["block_tables"] = empty["block_tables"][:0]
     assert paged_attention_triton(**empty).shape == (0, 4, 64)
+
+
+def launched(batch: dict, **hints) -> list[str]:
+    from bulkinfer.kernels.paged_attention import attention_launches
+    from bulkinfer.kernels.target import KNOWN_TARGETS
+
+    out = torch.empty_like(batch["query"])
+    launches = attention_launches(batch["query"], batch["k_cache"], batch["v_cache"], out, batch["query_start_loc"],
+                                  batch["seq_lens"], batch["block_tables"], batch["scale"], KNOWN_TARGETS["sm_90"],
+                                  **hints)
+    return [launch.kernel.__name__ if hasattr(launch.kernel, "__name__") else launch.kernel.fn.__name__
+            for launch in launches]
+
+
+def test_each_step_launches_only_the_kernels_it_needs():
+    prefill = make_batch([(5, 5), (3, 20)], 4, 2, 64, torch.float32)
+    assert launched(prefill, max_query_len=5, min_query_len=3) == ["_extend_kernel"]
+    decode = make_batch([(1, 5), (1, 20)], 4, 2, 64, torch.float32)
+    assert launched(decode, max_query_len=1, min_query_len=1, num_splits=1) == ["_decode_kernel"]
+    assert launched(decode, max_query_len=1, min_query_len=1, num_splits=4) == ["_decode_kernel",
+                                                                                "_merge_splits_kernel"]
+    # Batch-invariant: every row through the extend kernel, decode rows too.
+    assert launched(decode, max_query_len=1, min_query_len=1, batch_invariant=True) == ["_extend_kernel"]

@@ -21,7 +21,7 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_rotary_matches_reference(dtype, num_heads, num_kv_heads, head_dim, scaling):
     num_tokens, max_position = 7, 512
-    table = cos_sin_cache(head_dim, max_position, 10000.0, scaling, DEVICE)
+    table = cos_sin_cache(head_dim, max_position, 10000.0, scaling).to(DEVICE)
     positions = torch.tensor([0, 1, 2, 100, 511, 37, 37], device=DEVICE)
     # The query as a strided view of a fused projection: rotated in place through the view.
     fused = torch.randn(num_tokens, (num_heads + 1) * head_dim, device=DEVICE, dtype=dtype)

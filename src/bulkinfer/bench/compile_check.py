@@ -38,6 +38,7 @@ import torch
 
 from bulkinfer.kernels._triton import Launch, is_interpreted
 from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
+from bulkinfer.kernels.matmul import matmul_launch
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
 from bulkinfer.kernels.rms_norm import rms_norm_launch
 from bulkinfer.kernels.rotary import rotary_launch
@@ -164,6 +165,18 @@ def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     return launches
 
 
+def matmul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """The batch-invariant linear layer (deterministic=True on a GPU) at this shape's projections."""
+    hidden = shape.group * KV_HEADS * shape.head_dim
+    x = torch.zeros(8, hidden, dtype=shape.dtype)
+    launches = []
+    for out_features in ((shape.group + 2) * KV_HEADS * shape.head_dim, 4 * hidden):
+        weight = torch.empty(out_features, hidden, dtype=shape.dtype, device="meta")
+        bias = torch.zeros(out_features, dtype=shape.dtype)
+        launches.append(matmul_launch(x, weight, bias, torch.empty(8, out_features, dtype=shape.dtype), target))
+    return launches
+
+
 @dataclass(frozen=True)
 class KernelCheck:
     name: str
@@ -178,6 +191,7 @@ CHECKS: tuple[KernelCheck, ...] = (
     KernelCheck("rms_norm", rms_norm_cases),
     KernelCheck("silu_mul", silu_mul_cases),
     KernelCheck("fused_moe", fused_moe_cases),
+    KernelCheck("matmul", matmul_cases),
 )
 
 

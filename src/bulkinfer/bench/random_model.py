@@ -21,6 +21,7 @@ SHAPES = {
     "50m": ModelShape(512, 8, 8, 4, 1408, 32000),
     "0.5b": ModelShape(896, 24, 14, 2, 4864, 151936),
     "1.5b": ModelShape(1536, 28, 12, 2, 8960, 151936),
+    "8b": ModelShape(4096, 32, 32, 8, 14336, 128256),
 }
 
 
@@ -35,7 +36,15 @@ def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32"
     torch.manual_seed(seed)
     config = LlamaConfig(**asdict(shape), max_position_embeddings=4096, tie_word_embeddings=False,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype=dtype)
-    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+    # Built in its own dtype, on the GPU when there is one: an 8B model in fp32 on the CPU would
+    # take 32 GB and minutes to initialize.
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
     model.save_pretrained(path)
     _word_tokenizer(shape.vocab_size).save_pretrained(path)
     return path

@@ -40,6 +40,9 @@ class EngineConfig:
     enforce_eager: bool = setting(False, "Run decode steps without CUDA graphs.")
     tensor_parallel_size: int = setting(1, "Split the model's heads and MLP columns across this many "
                                            "processes (one GPU each).")
+    deterministic: bool = setting(False, "Batch-invariant results: a greedy or seeded request's tokens and "
+                                         "logprobs are bitwise the same whatever shares its batch and however its "
+                                         "prompt is chunked or preempted (slower; see docs/gpu.md).")
     seed: int = setting(0, "Seed of the sampler's stream for requests without a seed of their own.",
                         name="engine_seed")
 

@@ -4,7 +4,9 @@ A decode step launches a few kernels per layer on tiny inputs, so on a GPU its t
 launch overhead; replaying a captured graph removes it. A graph replays fixed buffers, so each
 step's inputs are copied into static tensors and the batch is padded up to the next captured
 size. Padding rows store nothing (slot -1) and attend to one cached position of block 0; their
-outputs are dropped.
+outputs are dropped. Capture runs under inference_mode, so the graphs' memory pool keeps no
+autograd state. If any capture fails, no graph is kept (``captured`` is False) and the model
+runner runs decode steps eagerly, unpadded.
 
 Without capture (``capture=False``) the same padded buffers run eagerly: that is how the CPU
 tests check the padding.
@@ -42,8 +44,7 @@ class DecodeGraphs:
         self.block_tables = new(max_batch, max_blocks_per_seq)
         self.hidden: dict[int, torch.Tensor] = {}  # bucket -> its graph's output buffer
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        if capture:
-            self._capture_all()
+        self.captured = capture and self._capture_all()
 
     def fits(self, attn: AttentionMetadata) -> bool:
         return attn.max_query_len == 1 and attn.seq_lens.shape[0] <= self.buckets[-1]
@@ -75,10 +76,12 @@ class DecodeGraphs:
                                  self.seq_lens[:bucket], self.block_tables[:bucket], 1, self.max_seq_len)
         return self.model(self.input_ids[:bucket], self.positions[:bucket], attn)
 
-    def _capture_all(self) -> None:
+    @torch.inference_mode()
+    def _capture_all(self) -> bool:
         pool = None
         try:
             for bucket in reversed(self.buckets):  # largest first, so smaller graphs reuse its pool
+                self.slot_mapping[:bucket] = -1  # the warm-up and capture store nothing in the cache
                 self.seq_lens[:bucket] = 1
                 self._forward(bucket)  # warm-up: compiles the kernels outside the capture
                 graph = torch.cuda.CUDAGraph()
@@ -86,7 +89,12 @@ class DecodeGraphs:
                     self.hidden[bucket] = self._forward(bucket)
                 pool = graph.pool()
                 self.graphs[bucket] = graph
-        except RuntimeError as exc:  # a failed capture costs speed, never results
-            logger.warning("CUDA graph capture failed, decode steps run eagerly: %s", exc)
+        # Capture fails in many ways: CUDA errors (RuntimeError), Triton's compile errors and
+        # OutOfResources (Exception subclasses), a tensor on the wrong device (ValueError).
+        except Exception as exc:  # noqa: BLE001  (a failed capture costs speed, never results)
+            logger.warning("CUDA graph capture failed, decode steps run eagerly: %s",
+                           str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             self.graphs.clear()
             self.hidden.clear()
+            return False
+        return True

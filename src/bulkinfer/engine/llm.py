@@ -11,12 +11,12 @@ from tqdm.auto import tqdm
 from bulkinfer.engine.block_manager import BlockManager
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.detokenizer import Detokenizer
-from bulkinfer.engine.logprobs import position_logprobs
+from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker
 from bulkinfer.engine.resolve import resolve
 from bulkinfer.engine import scoring
-from bulkinfer.engine.sampler import Sampler
+from bulkinfer.engine.sampler import Sampler, SamplerOutput
 from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
 from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
@@ -24,7 +24,7 @@ from bulkinfer.engine.stats import EngineStats
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
-from bulkinfer.outputs import RequestOutput
+from bulkinfer.outputs import PositionLogprobs, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
@@ -205,14 +205,15 @@ class LLM:
             seq.num_computed_tokens += num_new
 
     def _record_prompt_logprobs(self, output: ModelOutput) -> None:
-        for seq, first, logits in output.prompt_logits:
-            targets = torch.tensor(seq.scored_ids[first:first + len(logits)], device=logits.device)
+        for seq, first, top in output.prompt_scores:
+            targets = seq.scored_ids[first:first + len(top)]
             # Scoring requests skip decoding each token's text: they can be whole documents.
             tokenizer = None if seq.prefill_only else self.tokenizer
-            records = position_logprobs(logits.log_softmax(-1), targets, seq.params.prompt_logprobs, tokenizer)
+            found = records(top, targets, [seq.params.prompt_logprobs] * len(top), tokenizer)
             if seq.prompt_logprobs is None:
                 seq.prompt_logprobs = [None] * first  # positions before the first scored one
-            seq.prompt_logprobs.extend(records)
+            # By position: a preempted sequence scores its prompt again when it is recomputed.
+            seq.prompt_logprobs[first:first + len(found)] = found
 
     def _finish_prefill_only(self, batch: ScheduledBatch) -> list[RequestOutput]:
         done = [seq for seq in batch.seqs if seq.prefill_only and seq.num_uncomputed_tokens == 0]
@@ -223,13 +224,12 @@ class LLM:
         if not output.sample_seqs:
             return []
         sampled = self.sampler(output.logits, output.sample_seqs)
+        logprob_records = self._sampled_logprobs(output.sample_seqs, sampled)
         done = []
         for row, (seq, token) in enumerate(zip(output.sample_seqs, sampled.token_ids)):
             seq.append_token(token)
             if seq.logprobs is not None:
-                chosen = torch.tensor([token], device=output.logits.device)
-                record = position_logprobs(sampled.logprobs[row:row + 1], chosen, seq.params.logprobs,
-                                           self.tokenizer)[0]
+                record = logprob_records[row]
                 seq.logprobs.append(record)
                 seq.cumulative_logprob += record[token].logprob
             if self.stop_checker.check(seq):
@@ -237,6 +237,18 @@ class LLM:
         self._stats.generation_tokens += len(sampled.token_ids)
         self.scheduler.finish(done)
         return self._collect_finished(done)
+
+    def _sampled_logprobs(self, seqs: list[Sequence], sampled: SamplerOutput) -> dict[int, PositionLogprobs]:
+        """The records of every row that asked for logprobs, ranked in one batch."""
+        rows = [row for row, seq in enumerate(seqs) if seq.logprobs is not None]
+        if not rows:
+            return {}
+        device = sampled.logprobs.device
+        chosen = [sampled.token_ids[row] for row in rows]
+        ks = [seqs[row].params.logprobs for row in rows]
+        top = top_logprobs(sampled.logprobs[torch.tensor(rows, device=device)], torch.tensor(chosen, device=device),
+                           max(ks))
+        return dict(zip(rows, records(top, chosen, ks, self.tokenizer)))
 
     def _collect_finished(self, seqs: list[Sequence]) -> list[RequestOutput]:
         outputs = []

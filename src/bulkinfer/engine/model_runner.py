@@ -7,6 +7,7 @@ also starts the other ranks and sends each of them the plan of every step it run
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -19,24 +20,25 @@ import torch.distributed as dist
 from bulkinfer.engine.resolve import ResolvedConfig
 from bulkinfer.engine.cpu_memory import keep_freed_memory
 from bulkinfer.engine.decode_graphs import DecodeGraphs
+from bulkinfer.engine.kv_budget import kv_blocks_that_fit
+from bulkinfer.engine.logprobs import TopLogprobs
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
-from bulkinfer.engine.step_plan import StepPlan, plan_step
+from bulkinfer.engine.step_logits import StepLogits, logit_slices
+from bulkinfer.engine.step_plan import HostStaging, StepPlan, plan_step
 from bulkinfer.engine.tensor_parallel import Leader, Workers, join_process_group, rank_device
+from bulkinfer.layers.linear import set_batch_invariant
 from bulkinfer.layers.ops import resolve_ops
 from bulkinfer.layers.parallel import TensorParallel
 from bulkinfer.models.config import ModelConfig
 from bulkinfer.models.llama import check_splits
 from bulkinfer.models.loader import load_model
 
-_GIB = 1 << 30
-
-
 @dataclass
 class ModelOutput:
     sample_seqs: list[Sequence]  # sequences whose every token is now computed: they get a new one
     logits: torch.Tensor  # [len(sample_seqs), vocab] fp32
-    prompt_logits: list[tuple[Sequence, int, torch.Tensor]]  # (seq, first position, [n, vocab] fp32)
+    prompt_scores: list[tuple[Sequence, int, TopLogprobs]]  # (seq, first scored position, its positions)
 
 
 class Peers(Protocol):
@@ -48,6 +50,8 @@ class ModelRunner:
                  peers: Peers | None = None):
         self.config = config
         self.device = rank_device(config.device, rank)
+        if self.device.type == "cuda":  # Triton launches on the current device, whatever the pointers
+            torch.cuda.set_device(self.device)
         self.block_size = config.options.block_size
         self.tp = TensorParallel(rank, config.options.tensor_parallel_size)
         self.workers = None
@@ -64,10 +68,14 @@ class ModelRunner:
         config = self.config
         if self.device.type == "cpu":
             keep_freed_memory()
-        self.ops = resolve_ops(config.options.attention_backend, self.device)
+        self.ops = resolve_ops(config.options.attention_backend, self.device, config.options.deterministic)
+        self.staging = HostStaging(self.device) if self.device.type == "cuda" else None
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
+        if config.options.deterministic:
+            set_batch_invariant(self.model)
         kv_heads = model_config.num_kv_heads // self.tp.size
-        blocks = config.options.num_kv_blocks or self._blocks_that_fit(model_config, kv_heads)
+        blocks = config.options.num_kv_blocks or kv_blocks_that_fit(config, model_config, kv_heads, self.block_size,
+                                                                    self.device, self.tp.size)
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
@@ -79,48 +87,36 @@ class ModelRunner:
         # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it.
         if self.device.type == "cuda" and self.ops.name == "triton" and not config.options.enforce_eager and self.tp.size == 1:
             max_blocks = -(-config.max_model_len // self.block_size)
-            self.decode_graphs = DecodeGraphs(self.model, min(config.options.max_num_seqs, 256), max_blocks,
-                                              config.max_model_len, self.device, capture=True)
-
-    def _blocks_that_fit(self, model: ModelConfig, kv_heads: int) -> int:
-        bytes_per_block = (2 * model.num_layers * self.block_size * kv_heads * model.head_dim
-                           * torch.tensor([], dtype=self.config.dtype).element_size())
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            # Leave room for activations of the largest step besides the fraction not ours to use.
-            reserve = total * (1 - self.config.options.gpu_memory_utilization) + 2 * _GIB
-            budget = free - reserve
-        else:
-            budget = self.config.options.kv_cache_memory_gb * _GIB / self.tp.size  # the ranks share one budget
-        useful = self.config.options.max_num_seqs * -(-self.config.max_model_len // self.block_size) + 1
-        return min(int(budget // bytes_per_block), useful)
+            graphs = DecodeGraphs(self.model, min(config.options.max_num_seqs, 256), max_blocks,
+                                  config.max_model_len, self.device, capture=True)
+            self.decode_graphs = graphs if graphs.captured else None
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> ModelOutput:
         """Rank 0: run one scheduled batch on every rank; the logits it needs come back here."""
         plan, rows = plan_step(batch, self.block_size)
-        logits = self._forward_on_all_ranks(plan)
-        num_sampled = len(rows.sample_seqs)
-        prompt_logits = [(seq, first, logits[num_sampled + start:num_sampled + end])
-                         for seq, first, start, end in rows.prompt_slices]
-        return ModelOutput(rows.sample_seqs, logits[:num_sampled], prompt_logits)
-
-    def _forward_on_all_ranks(self, plan: StepPlan) -> torch.Tensor:
+        logits = StepLogits(rows, self.device)
         if self.workers is None:
-            return self.forward(plan)
-        with self.workers.watch():
-            self.workers.send(plan)
-            return self.forward(plan)
+            self.forward(plan, logits.consume)
+        else:
+            with self.workers.watch():
+                self.workers.send(plan)
+                self.forward(plan, logits.consume)
+        return ModelOutput(rows.sample_seqs, logits.sampled_logits(), logits.prompt_scores())
 
     @torch.inference_mode()
-    def forward(self, plan: StepPlan) -> torch.Tensor | None:
-        """Logits [len(plan.logit_rows), vocab] on rank 0; None on the others."""
-        inputs = plan.to(self.device)
+    def forward(self, plan: StepPlan, consume: Callable[[int, torch.Tensor], None] | None = None) -> None:
+        """Run the model; its logits go to ``consume(first_row, logits)`` on rank 0, in slices of
+        at most LOGIT_SLICE_ROWS rows (every rank slices alike: the LM head gathers across ranks)."""
+        inputs = plan.to(self.device, self.staging)
         if self.decode_graphs is not None and self.decode_graphs.fits(inputs.attn):
             hidden = self.decode_graphs.run(inputs.input_ids, inputs.positions, inputs.attn)
         else:
             hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn)
-        return self.model.compute_logits(hidden[inputs.logit_rows])
+        for rows in logit_slices(inputs.logit_rows.shape[0]):
+            logits = self.model.compute_logits(hidden[inputs.logit_rows[rows]])
+            if consume is not None and logits is not None:
+                consume(rows.start, logits)
 
     def close(self) -> None:
         """Stop the other ranks' processes (rank 0 with tensor parallelism; otherwise nothing)."""

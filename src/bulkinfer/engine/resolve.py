@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
 from bulkinfer.models.config import ModelConfig
+
+logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
            "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -39,12 +42,18 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, model: ModelConfig, device: torch.device) -> torch.dtype:
-    """"auto": float32 on the CPU; on a GPU the checkpoint's half type, bfloat16 for fp32 ones."""
+    """"auto": float32 on the CPU; on a GPU the checkpoint's half type, bfloat16 for fp32 ones.
+    bfloat16 becomes float16 on a GPU without it (before Ampere)."""
     if dtype != "auto":
-        return _DTYPES[dtype]
-    if device.type == "cpu":
+        resolved = _DTYPES[dtype]
+    elif device.type == "cpu":
         return torch.float32
-    return model.torch_dtype if model.torch_dtype != torch.float32 else torch.bfloat16
+    else:
+        resolved = model.torch_dtype if model.torch_dtype != torch.float32 else torch.bfloat16
+    if resolved == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        logger.warning("this GPU has no bfloat16: running in float16")
+        return torch.float16
+    return resolved
 
 
 def resolve_max_model_len(requested: int | None, model: ModelConfig) -> int:

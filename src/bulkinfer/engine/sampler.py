@@ -1,8 +1,10 @@
 """Batched sampling: penalties, temperature, top-k/top-p/min-p, then one draw per row.
 
 A draw inverts each row's cumulative distribution at one uniform number. The number comes from
-the request's own generator when it is seeded, so its tokens do not depend on what else is in
-the batch; the rest of the work (one cumulative sum, one search) is batched. One number per row
+the request's own generator when it is seeded, so its draws do not depend on what else is in the
+batch; the logits it draws from can, in their last bits (matmul tiling and attention splits follow
+the batch's shape), unless the engine runs with deterministic=True. The rest of the work (one
+cumulative sum, one search) is batched. One number per row
 rather than one per vocabulary entry (as Gumbel-style noise needs) matters on a CPU: drawing
 32,000 exponentials took about a fifth of a 50M-parameter model's decode time.
 """
@@ -70,20 +72,33 @@ def apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
             or s.params.presence_penalty != 0 or s.params.frequency_penalty != 0]
     if not rows:
         return logits
+    # Only the rows that asked, all at once: their tokens cross to the device in one copy per kind,
+    # and counts and seen-masks are built by one scatter each (no per-row tensors or syncs).
     logits = logits.clone()
-    vocab = logits.shape[1]
-    for row in rows:  # only rows that asked; each costs O(its tokens + vocab)
-        params, seq = seqs[row].params, seqs[row]
-        output = torch.tensor(seq.output_token_ids, dtype=torch.long, device=logits.device)
-        counts = torch.bincount(output[output < vocab], minlength=vocab).to(logits.dtype)
-        if params.repetition_penalty != 1:
-            seen = torch.tensor(seq.token_ids, dtype=torch.long, device=logits.device)
-            seen = seen[seen < vocab].unique()
-            values = logits[row, seen]
-            logits[row, seen] = torch.where(values > 0, values / params.repetition_penalty,
-                                            values * params.repetition_penalty)
-        logits[row] -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+    vocab, device = logits.shape[1], logits.device
+    params = [seqs[row].params for row in rows]
+    index = torch.tensor(rows, device=device)
+    values = logits[index]
+    counts = _token_counts([seqs[row].output_token_ids for row in rows], vocab, device).to(logits.dtype)
+    repetition = torch.tensor([p.repetition_penalty for p in params], device=device)[:, None]
+    if any(p.repetition_penalty != 1 for p in params):
+        seen = _token_counts([seqs[row].token_ids for row in rows], vocab, device) > 0
+        penalized = torch.where(values > 0, values / repetition, values * repetition)
+        values = torch.where(seen & (repetition != 1), penalized, values)
+    frequency = torch.tensor([p.frequency_penalty for p in params], device=device)[:, None]
+    presence = torch.tensor([p.presence_penalty for p in params], device=device)[:, None]
+    logits[index] = values - (frequency * counts + presence * (counts > 0))
     return logits
+
+
+def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """[len(token_lists), vocab] int64: how often each row's list holds each token id below vocab."""
+    rows = [row for row, tokens in enumerate(token_lists) for token in tokens if token < vocab]
+    ids = [token for tokens in token_lists for token in tokens if token < vocab]
+    counts = torch.zeros(len(token_lists), vocab, dtype=torch.long, device=device)
+    flat = torch.tensor(rows, dtype=torch.long) * vocab + torch.tensor(ids, dtype=torch.long)
+    counts.view(-1).index_add_(0, flat.to(device), torch.ones_like(flat, device=device))
+    return counts
 
 
 def _filtered_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:

@@ -34,12 +34,21 @@ class StepPlan:
     block_tables: np.ndarray  # [num_seqs, max_blocks] int32
     logit_rows: np.ndarray  # [num_logits] int64: sampled rows first, then prompt-scoring rows
 
-    def to(self, device: torch.device) -> StepInputs:
-        tensor = lambda array: torch.from_numpy(array).to(device)  # noqa: E731
-        attn = AttentionMetadata(tensor(self.slot_mapping), tensor(self.query_start_loc), tensor(self.seq_lens),
-                                 tensor(self.block_tables), max_query_len=int(np.diff(self.query_start_loc).max()),
-                                 max_seq_len=int(self.seq_lens.max()))
-        return StepInputs(tensor(self.input_ids), tensor(self.positions), attn, tensor(self.logit_rows))
+    def to(self, device: torch.device, staging: HostStaging | None = None) -> StepInputs:
+        """Tensors on ``device``: through ``staging`` in one copy, else each array on its own
+        (on the CPU, no copy at all)."""
+        arrays = [self.input_ids, self.positions, self.slot_mapping, self.query_start_loc, self.seq_lens,
+                  self.block_tables, self.logit_rows]
+        if staging is not None:
+            tensors = staging.to_device(arrays)
+        else:
+            tensors = [torch.from_numpy(array).to(device) for array in arrays]
+        input_ids, positions, slot_mapping, query_start_loc, seq_lens, block_tables, logit_rows = tensors
+        q_lens = np.diff(self.query_start_loc)
+        attn = AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables,
+                                 max_query_len=int(q_lens.max()), max_seq_len=int(self.seq_lens.max()),
+                                 min_query_len=int(q_lens.min()))
+        return StepInputs(input_ids, positions, attn, logit_rows)
 
 
 @dataclass
@@ -91,3 +100,49 @@ def _prompt_logprob_rows(seqs: list[Sequence], chunks: list[tuple[int, int]], st
         offset = int(starts[i]) - begin
         rows.extend(range(offset + first, offset + last))
     return rows, slices
+
+
+class HostStaging:
+    """One pinned host buffer and its device twin: a step's arrays cross in one non-blocking copy.
+
+    Seven separate pageable copies per step each wait for the GPU; one pinned copy is queued on the
+    stream and returns at once. The host buffer is refilled only after the previous copy is done.
+    """
+
+    _ALIGN = 8  # every array starts on an 8-byte boundary, so it can be viewed as int64 on the device
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.host = self.on_device = None
+        self.copied = None  # a CUDA event once a copy has been queued
+
+    def to_device(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+        spans = []
+        offset = 0
+        for array in arrays:
+            spans.append(offset)
+            offset += -(-array.nbytes // self._ALIGN) * self._ALIGN
+        self._reserve(offset)
+        if self.copied is not None:
+            self.copied.synchronize()
+        host = self.host.numpy()
+        for array, start in zip(arrays, spans):
+            host[start:start + array.nbytes] = np.ascontiguousarray(array).view(np.uint8).ravel()
+        self.on_device[:offset].copy_(self.host[:offset], non_blocking=True)
+        if self.device.type == "cuda":
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+        return [self.on_device[start:start + array.nbytes].view(_TORCH_DTYPES[array.dtype]).view(array.shape)
+                for array, start in zip(arrays, spans)]
+
+    def _reserve(self, nbytes: int) -> None:
+        if self.host is not None and self.host.numel() >= nbytes:
+            return
+        size = max(1 << 16, 1 << (nbytes - 1).bit_length())
+        if self.copied is not None:
+            self.copied.synchronize()  # the old buffers may still be in flight
+        self.host = torch.empty(size, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        self.on_device = torch.empty(size, dtype=torch.uint8, device=self.device)
+
+
+_TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32}

@@ -15,3 +15,4 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [num_seqs, max_blocks] int32, padded with 0
     max_query_len: int
     max_seq_len: int
+    min_query_len: int = 1  # above 1: no decode row this step, so no decode kernel launch

@@ -34,9 +34,40 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+INVARIANT_ROWS = 32  # the CPU's batch-invariant matmuls multiply row tiles of exactly this many
+
+
+def invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``linear`` with one tiling for every row count, so a row's result does not depend on the others.
+
+    On a GPU, the Triton matmul with fixed tiles. On the CPU, oneDNN and MKL choose their blocking
+    by the row count, so rows go in tiles of exactly INVARIANT_ROWS (the last one padded): the
+    same kernel for every tile, whichever rows share it.
+    """
+    if x.device.type == "cuda":
+        from bulkinfer.kernels.matmul import matmul_triton
+
+        return matmul_triton(x, weight, bias)
+    rows = x.shape[0]
+    padded = F.pad(x, (0, 0, 0, -rows % INVARIANT_ROWS))
+    tiles = [linear(tile, weight, bias) for tile in padded.split(INVARIANT_ROWS)]
+    return torch.cat(tiles)[:rows] if tiles else x.new_empty(0, weight.shape[0])
+
+
 class Linear(nn.Linear):
+    batch_invariant = False  # set on the instances of a deterministic engine (set_batch_invariant)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.batch_invariant and x.dim() == 2:
+            return invariant_linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias)
+
+
+def set_batch_invariant(model: nn.Module) -> None:
+    """Every linear layer of ``model`` through :func:`invariant_linear`."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.batch_invariant = True
 
 
 def onednn_rows(rows: int) -> int:

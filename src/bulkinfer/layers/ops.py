@@ -7,8 +7,9 @@ the mixture-of-experts MLP, whose per-expert matmuls go through oneDNN like the 
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from bulkinfer.kernels.fused_moe import fused_moe_ref
 from bulkinfer.kernels.paged_attention import paged_attention_ref
 from bulkinfer.kernels.paged_attention_cpu import paged_attention_cpu
+from bulkinfer.kernels.paged_attention_invariant import paged_attention_invariant
 from bulkinfer.kernels.rms_norm import rms_norm_ref
 from bulkinfer.kernels.rotary import rotary_ref
 from bulkinfer.kernels.silu_mul import silu_and_mul_ref
@@ -50,8 +52,21 @@ CPU_OPS = KernelOps("cpu", store_kv_ref, paged_attention_cpu, rms_norm_ref, rota
                     fused_moe_cpu)
 
 
-def resolve_ops(attention_backend: str, device: torch.device) -> KernelOps:
-    """attention_backend: "torch" (the references), "triton", or "auto" (the CPU path on the CPU, else Triton)."""
+def resolve_ops(attention_backend: str, device: torch.device, batch_invariant: bool = False) -> KernelOps:
+    """attention_backend: "torch" (the references), "triton", or "auto" (the CPU path on the CPU, else Triton).
+
+    ``batch_invariant``: attention whose result for a token depends on its own sequence alone
+    (kernels/paged_attention_invariant.py off the GPU, the extend kernel for every row on it).
+    """
+    ops = _resolve_ops(attention_backend, device)
+    if not batch_invariant:
+        return ops
+    if ops.name == "triton":
+        return replace(ops, paged_attention=functools.partial(ops.paged_attention, batch_invariant=True))
+    return replace(ops, name=f"{ops.name}-invariant", paged_attention=paged_attention_invariant)
+
+
+def _resolve_ops(attention_backend: str, device: torch.device) -> KernelOps:
     if attention_backend == "torch":
         return TORCH_OPS
     if attention_backend == "auto" and device.type == "cpu":

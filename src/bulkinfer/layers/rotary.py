@@ -38,8 +38,12 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     return torch.where(in_band, blended, scaled)
 
 
-def cos_sin_cache(head_dim: int, max_position: int, theta: float, scaling: dict | None,
-                  device: torch.device) -> torch.Tensor:  # [max_position, head_dim] fp32
-    inv_freq = inverse_frequencies(head_dim, theta, scaling)
-    angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
-    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(device)
+def cos_sin_cache(head_dim: int, max_position: int, theta: float,
+                  scaling: dict | None) -> torch.Tensor:  # [max_position, head_dim] fp32
+    """Computed on the CPU (the same bits on every machine), then moved to the default device,
+    so a model built under ``with torch.device(...)`` gets its table there with its weights."""
+    with torch.device("cpu"):
+        inv_freq = inverse_frequencies(head_dim, theta, scaling)
+        angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+        table = torch.cat((angles.cos(), angles.sin()), dim=-1)
+    return table.to(torch.get_default_device())

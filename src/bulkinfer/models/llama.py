@@ -61,12 +61,13 @@ class Attention(nn.Module):
         if self.qk_norm:
             q = self.q_norm(q.reshape(-1, self.head_dim)).view_as(q)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view_as(k)
-        q, k = q.contiguous(), k.contiguous()
+        # q and k stay views of the fused projection: every kernel takes their strides.
         self.ops.rotary(positions, q, k, rope_cache)
         self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping)
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
                                        attn.seq_lens, attn.block_tables, self.scale,
-                                       max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len)
+                                       max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len,
+                                       min_query_len=attn.min_query_len)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
@@ -128,8 +129,7 @@ class CausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("rope_cache", cos_sin_cache(
-            config.head_dim, max_position, config.rope_theta, config.rope_scaling, torch.device("cpu")),
-            persistent=False)
+            config.head_dim, max_position, config.rope_theta, config.rope_scaling), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn: AttentionMetadata) -> torch.Tensor:  # [T] -> hidden [T, hidden]

@@ -32,7 +32,8 @@ def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torc
     finally:
         torch.set_default_dtype(default_dtype)
     load_weights(model, path)
-    return model.eval()
+    # Inference only: no parameter keeps autograd state (a CUDA graph's pool would keep activations).
+    return model.eval().requires_grad_(False)
 
 
 # Checkpoint tensor name -> (our fused parameter, which part of it).

@@ -34,6 +34,8 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
         **dataclasses.asdict(config.sampling),
         # Only for scoring tasks, so generation jobs started before tasks existed still resume.
         **({name: getattr(config, name) for name in TASK_FIELDS} if config.task != "generate" else {}),
+        # Only when on, for the same reason: a batch-invariant job must not resume without it.
+        **({"deterministic": True} if config.engine.deterministic else {}),
     }
 
 

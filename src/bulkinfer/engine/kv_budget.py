@@ -1,0 +1,47 @@
+"""How many KV-cache blocks fit: on a GPU, from gpu_memory_utilization and what the largest step needs.
+
+The pool takes what is left of this process's share of the GPU (``gpu_memory_utilization`` of
+its total memory, less what is already in use: the weights, other processes) once the largest
+step's activations are set aside. That step is bounded by the token budget for hidden states
+and projections, and by LOGIT_SLICE_ROWS rows of vocabulary for logits (engine/step_logits.py
+computes them in slices), so the reserve is computed rather than guessed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bulkinfer.engine.resolve import ResolvedConfig
+from bulkinfer.engine.step_logits import LOGIT_SLICE_ROWS
+from bulkinfer.models.config import ModelConfig
+
+GIB = 1 << 30
+_SLACK = GIB // 2  # the CUDA graphs' pool, Triton's and the allocator's own
+
+
+def activation_reserve(model: ModelConfig, config: ResolvedConfig, tp_size: int) -> int:
+    """Bytes the largest step may hold at once besides weights and the KV pool."""
+    element = torch.tensor([], dtype=config.dtype).element_size()
+    # Live at the widest point of a layer: the residual, the normed input, the fused qkv or gate/up
+    # output and the attention or MLP output.
+    qkv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp_size
+    width = 3 * model.hidden_size + max(qkv, 2 * model.intermediate_size // tp_size)
+    tokens = config.max_num_batched_tokens * width * element
+    # fp32 logits, their log_softmax and a comparison mask of one slice, plus the sampled rows.
+    rows = LOGIT_SLICE_ROWS + config.options.max_num_seqs
+    logits = 3 * rows * model.vocab_size * 4
+    return tokens + logits + _SLACK
+
+
+def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_heads: int, block_size: int,
+                       device: torch.device, tp_size: int = 1) -> int:
+    bytes_per_block = (2 * model.num_layers * block_size * kv_heads * model.head_dim
+                       * torch.tensor([], dtype=config.dtype).element_size())
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        # What is already used counts against our share; the largest step's activations are set aside.
+        budget = free - total * (1 - config.options.gpu_memory_utilization) - activation_reserve(model, config, tp_size)
+    else:
+        budget = config.options.kv_cache_memory_gb * GIB / tp_size  # the ranks share one budget
+    useful = config.options.max_num_seqs * -(-config.max_model_len // block_size) + 1
+    return max(0, min(int(budget // bytes_per_block), useful))

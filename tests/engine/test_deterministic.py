@@ -1,0 +1,79 @@
+"""deterministic=True: a request's tokens and logprobs are bitwise the same alone, in a mixed
+batch, with its prompt chunked, and after a preemption."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testing import make_batch
+
+from bulkinfer import LLM, SamplingParams
+from bulkinfer.kernels.paged_attention import paged_attention_ref
+from bulkinfer.kernels.paged_attention_invariant import paged_attention_invariant
+
+
+def prompts() -> list[list[int]]:
+    generator = torch.Generator().manual_seed(3)
+    lengths = [3, 41, 17, 90, 8, 56, 33, 70]
+    return [torch.randint(5, 600, (n,), generator=generator).tolist() for n in lengths]
+
+
+def params(index: int) -> SamplingParams:
+    # Greedy and seeded sampling, each with logprobs: both must not depend on the batch.
+    if index % 2:
+        return SamplingParams(temperature=0.9, top_p=0.95, seed=100 + index, max_tokens=20, ignore_eos=True,
+                              logprobs=3, prompt_logprobs=1)
+    return SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, logprobs=2)
+
+
+def results(outputs) -> list[tuple]:
+    # Floats compared with ==: bitwise identity is the claim.
+    return [(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob,
+             [[(t, r.logprob, r.rank) for t, r in record.items()] for record in o.outputs[0].logprobs],
+             [None if record is None else [(t, r.logprob) for t, r in record.items()]
+              for record in o.prompt_logprobs or []])
+            for o in outputs]
+
+
+ENGINE = {"max_model_len": 256, "block_size": 8, "deterministic": True}  # what every run below shares
+
+
+def run(path, batch: list[int], **options) -> list[tuple]:
+    llm = LLM(str(path), **ENGINE, **options)
+    return results(llm.generate([prompts()[i] for i in batch], [params(i) for i in batch], use_tqdm=False))
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_llama) -> list[tuple]:
+    llm = LLM(str(tiny_llama), **ENGINE, enable_prefix_caching=False)
+    return [results(llm.generate([prompt], [params(i)], use_tqdm=False))[0] for i, prompt in enumerate(prompts())]
+
+
+def test_mixed_batches_match_alone(tiny_llama, alone):
+    everything = list(range(len(prompts())))
+    assert run(tiny_llama, everything) == alone
+    odd_company = [5, 0, 7, 2]  # another order, another batch composition
+    assert run(tiny_llama, odd_company) == [alone[i] for i in odd_company]
+
+
+def test_chunked_prompts_match_alone(tiny_llama, alone):
+    everything = list(range(len(prompts())))
+    assert run(tiny_llama, everything, max_num_batched_tokens=24) == alone
+
+
+def test_preempted_requests_match_alone(tiny_llama, alone):
+    everything = list(range(len(prompts())))
+    assert run(tiny_llama, everything, num_kv_blocks=16, enable_prefix_caching=False) == alone
+
+
+def test_preemption_happens_in_that_setup(tiny_llama):
+    llm = LLM(str(tiny_llama), **ENGINE, num_kv_blocks=16, enable_prefix_caching=False)
+    llm.generate(prompts(), [params(i) for i in range(len(prompts()))], use_tqdm=False)
+    assert llm.stats.preemptions > 0
+
+
+def test_invariant_attention_matches_the_reference():
+    rows = [(1, 17), (9, 9), (1, 1), (4, 33), (1, 64), (20, 45)]
+    batch = make_batch(rows, 8, 2, 64, torch.float32, block_size=16, seed=2)
+    torch.testing.assert_close(paged_attention_invariant(**batch), paged_attention_ref(**batch),
+                               atol=1e-5, rtol=1e-5)
