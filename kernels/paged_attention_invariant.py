@@ -2,16 +2,21 @@
 
 The reference and the CPU path give a token bits that depend on its company: decode rows are
 padded to their group's longest sequence, a prefill chunk's scores go through matmuls whose
-blocking follows the chunk's length, and softmax sums run over rows of varying width. Here every
-new token folds its sequence's cache in KV blocks from block 0, one block at a time, with an online
-softmax (as the Triton extend kernel does on a GPU): the same additions in the same order for a
-given token, whether it is prefilled alone, in a chunk, in a mixed batch or after a preemption.
-Blocks past a token's position are fully masked and add exact zeros.
+blocking follows the chunk's length, and softmax sums run over rows of varying width. Here a
+sequence's new tokens go in tiles of exactly TILE rows (the last padded), and every tile folds its
+sequence's cache one KV block at a time from block 0 with an online softmax (as the Triton extend
+kernel does on a GPU). Each block's two products are batched matmuls of one shape, always
+TILES_PER_CALL tiles of [TILE x group, head_dim] by [head_dim, block_size], so a token gets the same additions
+in the same order whether it is prefilled alone, in a chunk, in a mixed batch or after a
+preemption; blocks past a token's position are fully masked and add exact zeros.
 """
 
 from __future__ import annotations
 
 import torch
+
+TILE = 16  # new tokens per tile
+TILES_PER_CALL = 8  # tiles per batched matmul, padded: one shape for every call
 
 
 def paged_attention_invariant(
@@ -25,30 +30,71 @@ def paged_attention_invariant(
     **hints,  # the launch hints of paged_attention_ref; nothing here depends on them
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     num_tokens, num_heads, head_dim = query.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    block_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // kv_heads
     if num_tokens == 0:
         return torch.empty_like(query)
-    q_lens = query_start_loc[1:] - query_start_loc[:-1]
-    seq_of = torch.repeat_interleave(torch.arange(q_lens.shape[0], device=query.device), q_lens.long())
-    first = query_start_loc[:-1].long()[seq_of]
-    # A token's position: its sequence's cached prefix plus its place among the new tokens.
-    positions = (seq_lens.long() - q_lens.long())[seq_of] + torch.arange(num_tokens, device=query.device) - first
-    tables = block_tables.long()[seq_of]  # [num_tokens, max_blocks]
-    q = query.float().view(num_tokens, 1, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    m = torch.full((num_tokens, num_kv_heads, num_heads // num_kv_heads), float("-inf"), device=query.device)
+    rows, positions, tile_seqs = _tiles(query_start_loc.tolist(), seq_lens.tolist())
+    device = query.device
+    rows_t = torch.tensor(rows, device=device)  # [tiles, TILE]: token index, or num_tokens for padding
+    positions_t = torch.tensor(positions, device=device)  # [tiles, TILE]: each row's position
+    tables = block_tables.long()[torch.tensor(tile_seqs, device=device)]  # [tiles, max_blocks]
+    blocks = (seq_lens.long()[torch.tensor(tile_seqs, device=device)] + block_size - 1) // block_size
+    padded = torch.cat([query.float(), query.new_zeros(1, num_heads, head_dim, dtype=torch.float32)])
+    # [tiles, kv_heads, TILE * group, dim]: rows are (token, head of the group), token-major.
+    q = padded[rows_t].view(-1, TILE, kv_heads, group, head_dim).permute(0, 2, 1, 3, 4).reshape(
+        -1, kv_heads, TILE * group, head_dim)
+    row_positions = positions_t.repeat_interleave(group, dim=1)[:, None, :, None]  # [tiles, 1, TILE*group, 1]
+    out = torch.cat([_fold(q[i:i + TILES_PER_CALL], row_positions[i:i + TILES_PER_CALL],
+                           tables[i:i + TILES_PER_CALL], int(blocks[i:i + TILES_PER_CALL].max()), k_cache, v_cache,
+                           scale) for i in range(0, q.shape[0], TILES_PER_CALL)])
+    out = out.view(-1, kv_heads, TILE, group, head_dim).permute(0, 2, 1, 3, 4).reshape(-1, num_heads, head_dim)
+    result = torch.empty_like(query)
+    real = rows_t.view(-1) < num_tokens
+    result[rows_t.view(-1)[real]] = out[real].to(query.dtype)
+    return result
+
+
+def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, num_blocks: int,
+          k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of up to TILES_PER_CALL tiles, padded to exactly that many: every batched matmul
+    then has one shape, and CPU BLAS picks its kernel by the batch's size too."""
+    count = q.shape[0]
+    if count < TILES_PER_CALL:
+        extra = TILES_PER_CALL - count
+        q = torch.cat([q, q.new_zeros(extra, *q.shape[1:])])
+        row_positions = torch.cat([row_positions, row_positions.new_zeros(extra, *row_positions.shape[1:])])
+        tables = torch.cat([tables, tables.new_zeros(extra, tables.shape[1])])
+    block_size = k_cache.shape[1]
+    m = torch.full(q.shape[:-1], float("-inf"), device=q.device)
     l = torch.zeros_like(m)
-    acc = torch.zeros(num_tokens, num_kv_heads, num_heads // num_kv_heads, head_dim, device=query.device)
-    slots = torch.arange(block_size, device=query.device)
-    for block in range(-(-int(seq_lens.max()) // block_size)):
-        k = k_cache[tables[:, block]].float()[:, :, :, None, :]  # [tokens, block_size, kv_heads, 1, dim]
-        scores = (q * k).sum(-1) * scale  # [tokens, block_size, kv_heads, group]
-        hidden = block * block_size + slots[None, :] > positions[:, None]
-        scores = scores.masked_fill(hidden[:, :, None, None], float("-inf"))
-        m_new = torch.maximum(m, scores.amax(1))
-        p = (scores - m_new[:, None]).exp()
+    acc = torch.zeros_like(q)
+    slots = torch.arange(block_size, device=q.device)
+    for block in range(num_blocks):
+        ids = tables[:, block]
+        k = k_cache[ids].float().permute(0, 2, 3, 1).contiguous()  # [tiles, kv_heads, dim, block_size]
+        scores = torch.matmul(q, k) * scale  # [tiles, kv_heads, TILE * group, block_size]
+        scores = scores.masked_fill(block * block_size + slots > row_positions, float("-inf"))
+        m_new = torch.maximum(m, scores.amax(-1))
+        p = (scores - m_new[..., None]).exp()
         alpha = (m - m_new).exp()
-        v = v_cache[tables[:, block]].float()[:, :, :, None, :]
-        l = l * alpha + p.sum(1)
-        acc = acc * alpha[..., None] + (p[..., None] * v).sum(1)
+        v = v_cache[ids].float().permute(0, 2, 1, 3).contiguous()  # [tiles, kv_heads, block_size, dim]
+        l = l * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + torch.matmul(p, v)
         m = m_new
-    return (acc / l[..., None]).view(num_tokens, num_heads, head_dim).to(query.dtype)
+    return (acc / l[..., None])[:count]
+
+
+def _tiles(starts: list[int], lens: list[int]) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Each sequence's new tokens in tiles of TILE: token indices (the padding index past the last
+    token), positions (padding rows see position 0, so their softmax stays finite) and sequences."""
+    rows, positions, seqs = [], [], []
+    padding = starts[-1]
+    for seq, (start, end, seq_len) in enumerate(zip(starts, starts[1:], lens)):
+        context = seq_len - (end - start)
+        for first in range(start, end, TILE):
+            tokens = list(range(first, min(first + TILE, end)))
+            rows.append(tokens + [padding] * (TILE - len(tokens)))
+            positions.append([context + t - start for t in tokens] + [0] * (TILE - len(tokens)))
+            seqs.append(seq)
+    return rows, positions, seqs

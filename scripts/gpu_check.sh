@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
-# GPU check for bulkinfer's Triton path, on a CUDA machine, in under 8 minutes, with no network:
-#   1. the kernel tests (tests/kernels) compiled for the GPU, in fp32, fp16 and bf16;
-#   2. each kernel timed against its PyTorch reference and torch SDPA (scripts/gpu_bench_kernels.py),
-#      next to the chip's measured copy bandwidth and matmul rate;
-#   3. end-to-end engine throughput on Llama-shaped random models (0.5B, 1.5B) through
-#      `python -m bulkinfer.cli bench`, only if this checkout has that command: otherwise the
-#      report says the step was skipped, and why;
-#   4. gpu_check.json and gpu_check.md (scripts/gpu_report.py) from whatever the steps left.
+# Device check for bulkinfer's GPU path, on a CUDA machine with no network, in two stages of at
+# most 4 minutes each (start-up included):
+#   stage 1, correctness:
+#     - the kernel tests (tests/kernels) compiled for the GPU, in fp32, fp16 and bf16;
+#     - scripts/gpu_stage1.py on a 0.5B Llama with random weights, bf16: greedy through Triton
+#       against the torch reference path (prompt logprobs within bf16 tolerance), CUDA graphs on
+#       and off (identical in deterministic mode), deterministic mode alone vs batched, bitwise;
+#   stage 2, speed:
+#     - `bulkinfer bench` on random 0.5B, 1.5B and 8B Llama shapes, bf16, 1,000 requests, each
+#       with the decode step against the bandwidth floor (target: within 1.5x at batch 256);
+#     - transformers' continuous batching on the 1.5B shape beside it (target: bulkinfer 10x);
+#     - each kernel timed against its reference (scripts/gpu_bench_kernels.py), if time is left;
+#   then gpu_check.json and gpu_check.md (scripts/gpu_report.py) from whatever the steps left.
 #
-# Usage: scripts/gpu_check.sh [OUT_DIR]        (default: benchmarks/results)
-# Environment: PYTHON (default python3); GPU_CHECK_BUDGET_S (default 450 s for steps 1-3);
-#   BULKINFER_BENCH_ARGS (extra arguments for `bulkinfer bench`, default below).
+# Usage: scripts/gpu_check.sh [--stage 1|2|all] [OUT_DIR]      (default: all, benchmarks/results)
+# Environment: PYTHON (default python3); GPU_CHECK_STAGE_S (default 225 s of steps per stage: the
+#   rest of the 4 minutes is start-up and the report).
 # Exit status: 0 every step that ran passed, 1 a step failed or timed out, 2 usage.
 
 set -uo pipefail
 
-if [[ $# -gt 1 || ${1:-} == -* ]]; then
-    echo "usage: scripts/gpu_check.sh [OUT_DIR]" >&2
+usage() {
+    echo "usage: scripts/gpu_check.sh [--stage 1|2|all] [OUT_DIR]" >&2
     exit 2
+}
+STAGE=all
+if [[ ${1:-} == --stage ]]; then
+    [[ ${2:-} =~ ^(1|2|all)$ ]] || usage
+    STAGE=$2
+    shift 2
 fi
+[[ $# -gt 1 || ${1:-} == -* ]] && usage
 cd "$(dirname "$0")/.." || exit 1
 OUT=${1:-benchmarks/results}
 PY=${PYTHON:-python3}
-BUDGET=${GPU_CHECK_BUDGET_S:-450}  # of the 8 minutes: the rest is start-up and the report
-BENCH_ARGS=${BULKINFER_BENCH_ARGS:---workload mixed --num-requests 256 --dtype bfloat16 --compare bulkinfer}
+BUDGET=${GPU_CHECK_STAGE_S:-225}
 START=$SECONDS
 STATUS=0
 
@@ -31,14 +42,19 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET  # the kernels must compile for the GPU, not run in Triton's interpreter
 
 mkdir -p "$OUT" || exit 1
-: >"$OUT/gpu_check_steps.jsonl"
+[[ $STAGE == 2 ]] || : >"$OUT/gpu_check_steps.jsonl"  # stage 2 alone adds to stage 1's record
 
 record() {  # record STEP RC SECONDS LOG NOTE: one JSON line for gpu_report.py (fields are ours: no quotes)
     printf '{"step": "%s", "rc": "%s", "seconds": %s, "log": "%s", "note": "%s"}\n' "$@" \
         >>"$OUT/gpu_check_steps.jsonl"
 }
 
-step() {  # step NAME LIMIT_S LOG -- COMMAND...: run under the smaller of LIMIT_S and the time left
+stage_start() {  # each stage has its own budget, counted from here
+    START=$SECONDS
+    echo "== stage $1"
+}
+
+step() {  # step NAME LIMIT_S LOG -- COMMAND...: run under the smaller of LIMIT_S and the stage's time left
     local name=$1 limit=$2 log=$3
     shift 4
     local left=$((BUDGET - (SECONDS - START)))
@@ -66,20 +82,31 @@ fi
 
 XDIST=()
 "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)  # compiles the kernel variants in parallel
-step "kernel tests (CUDA: fp32, fp16, bf16)" 210 gpu_check_tests.log -- \
-    "$PY" -m pytest tests/kernels -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"}
 
-step "kernel timings (bf16)" 150 gpu_check_kernels.log -- \
-    "$PY" scripts/gpu_bench_kernels.py --out "$OUT" --dtype bfloat16
+if [[ $STAGE != 2 ]]; then
+    stage_start 1
+    # The compile check needs no GPU (CI runs it); here the kernels run.
+    step "kernel tests (CUDA: fp32, fp16, bf16)" 90 gpu_check_tests.log -- \
+        "$PY" -m pytest tests/kernels -q -p no:cacheprovider -m "not slow" \
+        --ignore=tests/kernels/test_compile_check.py ${XDIST[@]+"${XDIST[@]}"}
+    step "engine on CUDA: parity, graphs, deterministic (0.5B, bf16)" 135 gpu_check_stage1.log -- \
+        "$PY" scripts/gpu_stage1.py --out "$OUT"
+fi
 
-if "$PY" -m bulkinfer.cli bench --help >/dev/null 2>&1; then
-    for model in random:0.5b random:1.5b; do
-        # shellcheck disable=SC2086  # BENCH_ARGS is a list of words by design
-        step "end-to-end bench $model" 100 "gpu_check_e2e_${model#random:}.log" -- \
-            "$PY" -m bulkinfer.cli bench --model "$model" $BENCH_ARGS
+if [[ $STAGE != 1 ]]; then
+    stage_start 2
+    BENCH=(-m bulkinfer bench --dtype bfloat16 --workload mixed --num-requests 1000)
+    for model_limit in 0.5b:40 1.5b:50 8b:90; do  # the 8B's limit includes writing its 16 GB checkpoint
+        model=${model_limit%:*}
+        step "bench random:$model, 1000 requests" "${model_limit#*:}" "gpu_check_bench_$model.log" -- \
+            "$PY" "${BENCH[@]}" --model "random:$model" --compare bulkinfer --output "$OUT/gpu_bench_$model.json"
     done
-else
-    record "end-to-end bench" skipped 0 "" "python -m bulkinfer.cli bench is not available in this checkout"
+    # transformers' continuous batching is far slower: fewer requests, compared by tokens per second.
+    step "transformers continuous batching, random:1.5b, 256 requests" 45 gpu_check_bench_hf.log -- \
+        "$PY" -m bulkinfer bench --dtype bfloat16 --workload mixed --num-requests 256 --model random:1.5b \
+        --compare continuous --output "$OUT/gpu_bench_hf_1.5b.json"
+    step "kernel timings (bf16)" 60 gpu_check_kernels.log -- \
+        "$PY" scripts/gpu_bench_kernels.py --out "$OUT" --dtype bfloat16
 fi
 
 "$PY" scripts/gpu_report.py --out "$OUT" || STATUS=1

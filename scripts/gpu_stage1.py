@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     path = str(model_path(args.model, args.dtype))
     batch = prompts(args.prompts, read_config(Path(path))[0].vocab_size)
-    report = {"model": args.model, "prompts": len(batch), "checks": {}}
+    report = {"model": args.model, "dtype": args.dtype, "prompts": len(batch), "checks": {}}
     for name, check in (("parity", parity), ("graphs", graphs), ("deterministic", deterministic)):
         start = time.perf_counter()
         try:

@@ -131,6 +131,7 @@ def test_staging_carries_a_step_in_one_buffer():
     staging = HostStaging(torch.device("cpu"))
     for size in (3, 40, 5, 9000):  # grows, then reuses its buffers
         arrays = [np.arange(size, dtype=np.int64), np.arange(size + 1, dtype=np.int32),
+                  np.zeros(0, dtype=np.int64),  # a step with no logit rows
                   np.arange(2 * size, dtype=np.int32).reshape(2, size)]
         tensors = staging.to_device(arrays)
         for array, tensor in zip(arrays, tensors):

@@ -13,7 +13,8 @@ attention kernels, on any spill to local memory. The report (``--out``) lists re
 shared memory, warps and stages per kernel variant and target.
 
 Adding a kernel: one ``KernelCheck`` entry in ``CHECKS`` whose function returns the launches its
-launcher decides for a ``Shape`` on a target.
+launcher decides for a ``Shape`` on a target. Adding a kernel option (a constexpr such as a
+sliding window or a softcap): its launches in the kernel's case function, one more loop there.
 
 Usage: python -m bulkinfer.bench.compile_check [--full] [--targets sm_80,sm_90] [--out PATH] [--jobs N]
 (TRITON_INTERPRET must be unset: interpreted kernels cannot be compiled.)
