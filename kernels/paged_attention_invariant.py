@@ -6,17 +6,19 @@ blocking follows the chunk's length, and softmax sums run over rows of varying w
 sequence's new tokens go in tiles of exactly TILE rows (the last padded), and every tile folds its
 sequence's cache one KV block at a time from block 0 with an online softmax (as the Triton extend
 kernel does on a GPU). Each block's two products are batched matmuls of one shape, always
-TILES_PER_CALL tiles of [TILE x group, head_dim] by [head_dim, block_size], so a token gets the same additions
-in the same order whether it is prefilled alone, in a chunk, in a mixed batch or after a
-preemption; blocks past a token's position are fully masked and add exact zeros.
+TILES_PER_CALL tiles of [TILE x group, head_dim] by [head_dim, block_size] (CPU BLAS picks its
+kernel by the batch's size as well as the matrices'), so a token gets the same additions in the
+same order whether it is prefilled alone, in a chunk, in a mixed batch or after a preemption;
+blocks past a token's position are fully masked and add exact zeros. A decode row costs a padded
+tile of TILE rows: deterministic mode is several times slower on the CPU (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import torch
 
-TILE = 16  # new tokens per tile
-TILES_PER_CALL = 8  # tiles per batched matmul, padded: one shape for every call
+TILE = 4  # new tokens per tile: a decode row pads 3 rows, not 15
+TILES_PER_CALL = 32  # tiles per batched matmul, padded: one shape for every call
 
 
 def paged_attention_invariant(
