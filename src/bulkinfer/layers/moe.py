@@ -80,5 +80,16 @@ class SparseMoeBlock(nn.Module):
         weights, ids = route(self.gate(x), self.top_k, self.normalize)
         out = self.tp.all_reduce(self.experts(x, weights, ids))
         if self.shared_expert is not None:
-            out = out + F.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+            out = out + _row_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out
+
+
+def _row_sigmoid(gate: torch.Tensor) -> torch.Tensor:
+    """Sigmoid of one value per token [T, 1], the same for a token whatever T is.
+
+    CPU kernels send a tensor's last elements (past its last whole vector) through a scalar loop
+    that rounds differently, so which tokens land there would follow T: padded to whole vectors,
+    every value goes through the vector loop.
+    """
+    padded = F.pad(gate.view(-1), (0, -gate.shape[0] % 64))
+    return torch.sigmoid(padded)[:gate.shape[0], None]
