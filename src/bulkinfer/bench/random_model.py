@@ -33,24 +33,15 @@ SHAPES = {
 
 
 def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32", seed: int = 0) -> Path:
-    """Write a LlamaForCausalLM (or, with experts, Qwen3MoeForCausalLM) checkpoint with a word-level
-    tokenizer covering its vocabulary."""
+    """Write a checkpoint of ``shape`` with a word-level tokenizer covering its vocabulary."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3MoeConfig
+    from transformers import AutoModelForCausalLM
 
     path.mkdir(parents=True, exist_ok=True)
     if (path / "config.json").is_file():
         return path
     torch.manual_seed(seed)
-    common = dict(max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                  pad_token_id=0, dtype=dtype)
-    if shape.num_experts:
-        config = Qwen3MoeConfig(**asdict(shape), **common, norm_topk_prob=True,
-                                head_dim=shape.hidden_size // shape.num_attention_heads)
-    else:
-        dense = {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
-                                                                       "moe_intermediate_size")}
-        config = LlamaConfig(**dense, **common)
+    config = hf_config(shape, dtype)
     # Built in its own dtype, on the GPU when there is one: an 8B model in fp32 on the CPU would
     # take 32 GB and minutes to initialize.
     default_dtype = torch.get_default_dtype()
@@ -63,6 +54,20 @@ def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32"
     model.save_pretrained(path)
     _word_tokenizer(shape.vocab_size).save_pretrained(path)
     return path
+
+
+def hf_config(shape: ModelShape, dtype: str = "float32"):
+    """A LlamaConfig, or with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights)."""
+    from transformers import LlamaConfig, Qwen3MoeConfig
+
+    common = dict(max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0, dtype=dtype)
+    if shape.num_experts:
+        return Qwen3MoeConfig(**asdict(shape), **common, norm_topk_prob=True, architectures=["Qwen3MoeForCausalLM"],
+                              head_dim=shape.hidden_size // shape.num_attention_heads)
+    dense = {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
+                                                                   "moe_intermediate_size")}
+    return LlamaConfig(**dense, **common, architectures=["LlamaForCausalLM"])
 
 
 def _word_tokenizer(vocab_size: int):
