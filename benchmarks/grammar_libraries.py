@@ -12,7 +12,7 @@ The tokenizer is a byte-level BPE trained here on the sample's own text (a JSON-
 that many tokens are live inside strings and keys, the hard case for masks). Run from the repository
 root:
 
-    python benchmarks/grammar_libraries.py [--vocab 32000] [--corpus jsonschemabench/data] [--steps 32] [--json out.json]
+    python benchmarks/grammar_libraries.py [--vocab 32000] [--corpus DATA_DIR] [--steps 32] [--json out.json]
 """
 
 from __future__ import annotations

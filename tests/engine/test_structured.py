@@ -89,7 +89,7 @@ def test_choices_are_choices(llm):
 
 
 def test_regex_outputs_fully_match(llm):
-    pattern = r"[A-Z]{2}-\d{3,5}"
+    pattern = r"[A-Z]{2}-[0-9]{3,5}"
     params = SamplingParams(regex=pattern, temperature=1.0, seed=3, max_tokens=12, n=8)
     (output,) = llm.generate(["Code:"], params, use_tqdm=False)
     stopped = [c.text for c in output.outputs if c.finish_reason == "stop"]

@@ -15,8 +15,8 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
-import llguidance.hf
 
+from bulkinfer.engine.grammar_tokenizer import llguidance_tokenizer
 from bulkinfer.sampling_params import Constraint
 
 CACHE_SIZE = 1024
@@ -32,17 +32,28 @@ class UnsupportedConstraint(ValueError):
 
 class GrammarCache:
     def __init__(self, hf_tokenizer, vocab_size: int, eos_token_ids: set[int]):
-        # Tokens past the tokenizer's own (padding rows of the embedding) are never allowed.
-        self.tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size,
-                                                      eos_token=sorted(eos_token_ids) or None)
+        self._tokenizer_args = (hf_tokenizer, vocab_size, eos_token_ids)
+        self._tokenizer: Future[llguidance.LLTokenizer] | None = None
         self._compiled: OrderedDict[Constraint, Future[llguidance.LLMatcher]] = OrderedDict()
         self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="bulkinfer-grammar")
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        return self._tokenizer_future().result()
+
+    def _tokenizer_future(self) -> Future[llguidance.LLTokenizer]:
+        """Built in the pool (about a second for a 150k vocabulary) when a first request is constrained;
+        it is queued ahead of every compile, so the compiles waiting for it cannot hold every thread."""
+        if self._tokenizer is None:
+            self._tokenizer = self._pool.submit(llguidance_tokenizer, *self._tokenizer_args)
+        return self._tokenizer
 
     def get(self, constraint: Constraint) -> Future[llguidance.LLMatcher]:
         """The constraint's template matcher, compiling it in a thread the first time it is asked for.
         The future raises UnsupportedConstraint when the library refuses it."""
         future = self._compiled.get(constraint)
         if future is None:
+            self._tokenizer_future()
             future = self._pool.submit(self._compile, constraint)
             self._compiled[constraint] = future
             if len(self._compiled) > CACHE_SIZE:
@@ -60,7 +71,12 @@ class GrammarCache:
             grammar = _grammar(constraint)
         except ValueError as exc:
             raise UnsupportedConstraint(f"unsupported {what}: {_first_line(exc)}") from None
-        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        try:
+            tokenizer = self.tokenizer
+        except Exception as exc:  # noqa: BLE001 - whatever llguidance raised about this tokenizer
+            raise UnsupportedConstraint(f"structured outputs are unavailable with this model's tokenizer: "
+                                        f"{_first_line(exc)}") from None
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         if matcher.is_error():
             raise UnsupportedConstraint(f"unsupported {what}: {_first_line(matcher.get_error())}")
         return matcher
