@@ -313,11 +313,12 @@ def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget) -> 
     if target.interpreted:  # small tiles, so short test sequences span several
         return AttentionTiles(block_m=32, block_n=32, extend_warps=4, decode_warps=4, stages=1)
     wide = head_dim <= 64 or (target.arch >= 90 and head_dim <= 128)
-    # On sm_80/86, head dims 80-128 with two stages spill a few bytes in some variants (ptxas caps
-    # them at 128 registers); one stage does not.
-    stages = 1 if target.arch < 90 and 64 < head_dim <= 128 else 2
+    # On sm_80/86, head dims 80-128 spill a few bytes in some variants (ptxas caps them at 128
+    # registers) with two stages, and in the unsplit decode kernel with 4 warps; one stage and a
+    # decode kernel of 8 warps do not.
+    tight = target.arch < 90 and 64 < head_dim <= 128
     tiles = AttentionTiles(block_m=128 if wide else 64, block_n=64 if head_dim <= 128 else 32,
-                           extend_warps=8, decode_warps=4, stages=stages)
+                           extend_warps=8, decode_warps=8 if tight else 4, stages=1 if tight else 2)
     element = torch.tensor([], dtype=dtype).element_size()
     while extend_shared_bytes(tiles, head_dim, element) > target.shared_memory:
         if tiles.stages > 1:

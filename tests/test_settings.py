@@ -28,7 +28,7 @@ from bulkinfer.settings import Setting, settings_of
 
 REQUIRED = {"model": "m", "input": ["in.jsonl"], "output": "out"}
 # Values the generic rule below would not pass validation with.
-SPECIAL = {"device": "cpu", "max_model_len": 64}
+SPECIAL = {"device": "cpu", "max_model_len": 64, "json_schema": "{}"}
 
 
 def _sample(setting: Setting) -> Any:

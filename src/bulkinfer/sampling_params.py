@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json as json_module
 from dataclasses import dataclass
 
 from bulkinfer.settings import setting
+
+# The structured-output fields, vLLM's names; at most one may be set. See Constraint.
+CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
 
 
 @dataclass
@@ -32,13 +36,24 @@ class SamplingParams:
     prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
                                                 "alternatives (default: off).")
     skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
+    # Structured outputs (at most one): the output is made to match.
+    json: str | dict | None = setting(None, "JSON Schema the output must validate against: a file, or the schema "
+                                            "as JSON text; per row, a schema object or its JSON text.",
+                                      name="json_schema")
+    json_object: bool = setting(False, "The output is a JSON object (any).")
+    regex: str | None = setting(None, "Regular expression the whole output must match.")
+    choice: list[str] | None = setting(None, "The output is exactly one of these strings; repeatable.",
+                                       name="choices")
+    grammar: str | None = setting(None, "Lark grammar (llguidance's dialect) or GBNF the output must match.")
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = [s for s in (self.stop or []) if s]
         self.stop_token_ids = list(self.stop_token_ids or [])
+        self.choice = list(self.choice) if self.choice else None  # no choices given: no constraint
         self._validate()
+        self._validate_constraint()
 
     def _validate(self) -> None:
         problems = []
@@ -67,6 +82,46 @@ class SamplingParams:
         if problems:
             raise ValueError("; ".join(problems))
 
+    def _validate_constraint(self) -> None:
+        given = [name for name in CONSTRAINTS if getattr(self, name) not in (None, False)]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of {', '.join(CONSTRAINTS)}; got {', '.join(given)}")
+        if isinstance(self.json, str):
+            try:
+                schema = json_module.loads(self.json)
+            except json_module.JSONDecodeError as exc:
+                raise ValueError(f"json_schema is not valid JSON ({exc})") from None
+            if not isinstance(schema, (dict, bool)):
+                raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
+        elif self.json is not None and not isinstance(self.json, dict):
+            raise ValueError(f"json_schema must be a dict or JSON text, got {type(self.json).__name__}")
+        if self.choice is not None and not all(isinstance(c, str) and c for c in self.choice):
+            raise ValueError("choices must be non-empty strings")
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """What the output must match, in a canonical form that serves as the grammar cache's key."""
+        if self.json is not None:
+            schema = json_module.loads(self.json) if isinstance(self.json, str) else self.json
+            return Constraint("json", json_module.dumps(schema))  # key order kept: properties come out in it
+        if self.json_object:
+            return Constraint("json", '{"type": "object"}')
+        if self.regex is not None:
+            return Constraint("regex", self.regex)
+        if self.choice is not None:
+            return Constraint("choice", json_module.dumps(self.choice))
+        if self.grammar is not None:
+            return Constraint("grammar", self.grammar)
+        return None
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """kind: json (a JSON Schema's text), regex, choice (a JSON list of strings) or grammar (Lark or GBNF)."""
+
+    kind: str
+    text: str

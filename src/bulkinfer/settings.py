@@ -123,7 +123,7 @@ def coerce(setting: Setting, value: Any) -> Any:
 
 
 _UNUSABLE = object()
-_WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+_WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
            list[str]: "a list of strings", list[int]: "a list of integers"}
 
 
@@ -138,6 +138,8 @@ def _as(kind: Any, value: Any) -> Any:
         return float(value) if isinstance(value, (int, float)) else _UNUSABLE
     if kind is str:
         return value if isinstance(value, str) else _UNUSABLE
+    if kind is dict:  # a JSON object, from a struct column or a JSON line
+        return value if isinstance(value, dict) else _UNUSABLE
     if typing.get_origin(kind) is list and isinstance(value, list):
         items = [_as(typing.get_args(kind)[0], item) for item in value]
         return _UNUSABLE if _UNUSABLE in items else items

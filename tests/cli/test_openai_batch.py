@@ -146,3 +146,28 @@ def test_logprobs_come_back_in_the_apis_shapes(capsys, tmp_path: Path) -> None:
     text = Completion.model_validate(bodies[1]).choices[0].logprobs
     assert text.tokens[:2] == ["1", "0"] and all(len(top) == 1 for top in text.top_logprobs)
     assert Completion.model_validate(bodies[2]).choices[0].logprobs is None
+
+
+SUM = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"], "additionalProperties": False}
+
+
+def test_response_format_is_honoured(capsys, tmp_path: Path) -> None:
+    ask = {"messages": [{"role": "user", "content": "12+30="}], "max_completion_tokens": 24, "temperature": 0}
+    formats = [{"type": "json_schema", "json_schema": {"name": "sum", "schema": SUM, "strict": True}},
+               {"type": "json_object"}, {"type": "text"}, {"type": "xml"},
+               {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "strin"}}}]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps(_request(f"r{i}", CHAT, **ask, response_format=f)) + "\n"
+                             for i, f in enumerate(formats)))
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch,
+                          "--output", tmp_path / "out")
+    assert code == 0, err
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "results.jsonl", "--format", "openai-batch")
+    assert code == 0, err
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [line["response"]["status_code"] for line in lines] == [200, 200, 200, 400, 400]
+    schema_content = ChatCompletion.model_validate(lines[0]["response"]["body"]).choices[0].message.content
+    assert set(json.loads(schema_content)) == {"sum"}
+    assert ChatCompletion.model_validate(lines[1]["response"]["body"]).choices[0].message.content.startswith("{")
+    assert "unsupported response_format 'xml'" in lines[3]["response"]["body"]["error"]["message"]
+    assert "unsupported schema: " in lines[4]["response"]["body"]["error"]["message"]

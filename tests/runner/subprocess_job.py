@@ -16,10 +16,12 @@ DRIVER = Path(__file__).with_name("crash_driver.py")
 SETTINGS = dict(max_tokens=6, temperature=0.0, max_num_seqs=8, window_rows=16, shard_rows=8, commit_seconds=0.3)
 
 
-def start(model: Path, data: Path, out: Path, point: str = "none", nth: int = 0) -> subprocess.Popen:
+def start(model: Path, data: Path, out: Path, point: str = "none", nth: int = 0,
+          extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`extra`: more flags, after (so over) the shared SETTINGS."""
     flags = [part for name, value in SETTINGS.items() for part in ("--" + name.replace("_", "-"), str(value))]
     command = [sys.executable, str(DRIVER), point, str(nth), "run", "--model", str(model), "--input", str(data),
-               "--output", str(out), *flags]
+               "--output", str(out), *flags, *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -41,6 +41,21 @@ def read_job_file(path: Path, settings: list[Setting]) -> dict[str, Any]:
     return {key: _checked(path, by_name[key], value) for key, value in values.items()}
 
 
+def read_schema_file(settings: dict[str, Any]) -> dict[str, Any]:
+    """json_schema given as a file's path (flag or key) becomes the file's text; inline JSON text or a
+    TOML table stays as it is."""
+    value = settings.get("json_schema")
+    if not isinstance(value, str) or value.lstrip().startswith("{"):
+        return settings
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(f"json_schema: no such file {value} (give a schema file, or the schema as JSON text)")
+    try:
+        return {**settings, "json_schema": path.read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"json_schema: {value} could not be read ({exc})") from None
+
+
 def merge_settings(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dict[str, Any]:
     """Flags that were given (not None, not empty) win over the file's keys."""
     given = {key: value for key, value in from_flags.items() if value not in (None, [])}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Hashable, Sequence as SequenceOf
 
 import torch
@@ -11,6 +12,8 @@ from tqdm.auto import tqdm
 from bulkinfer.engine.block_manager import BlockManager
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.detokenizer import Detokenizer
+from bulkinfer.engine.grammar import GrammarCache
+from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker
@@ -21,6 +24,7 @@ from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
 from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
+from bulkinfer.engine.step_plan import sampled_rows
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
@@ -47,9 +51,13 @@ class LLM:
         self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens)
         self.sampler = Sampler(engine_options.seed, self.config.device)
         self.detokenizer = Detokenizer(self.tokenizer)
-        self.stop_checker = StopChecker(eos_token_ids(path, hf_config, self.tokenizer), self.detokenizer)
+        eos_ids = eos_token_ids(path, hf_config, self.tokenizer)
+        self.stop_checker = StopChecker(eos_ids, self.detokenizer)
+        self.grammars = GrammarCache(self.tokenizer, model_config.vocab_size, eos_ids)
+        self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
         self.requests: dict[Hashable, Request] = {}
         self._failed: list[Request] = []  # refused at add time, reported by the next step()
+        self._compiling: dict[Hashable, Future] = {}  # constrained requests whose grammar is not ready yet
         self._generate_ids = itertools.count()
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
 
@@ -61,6 +69,8 @@ class LLM:
         """Stop the tensor-parallel worker processes, if there are any. Garbage collection and
         interpreter exit do it too; call it to free their memory sooner."""
         self.runner.close()
+        self.grammars.close()
+        self.masks.close()
 
     def __enter__(self) -> LLM:
         return self
@@ -95,17 +105,24 @@ class LLM:
             self._failed.append(request)
             return
         request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
+        self.requests[request_id] = request
+        if params.constraint is not None:
+            # Scheduled once its grammar is compiled; until then the engine runs the other requests.
+            self._compiling[request_id] = self.grammars.get(params.constraint)
+            return
         for seq in request.seqs:
             self.scheduler.add(seq)
-        self.requests[request_id] = request
 
     def step(self) -> list[RequestOutput]:
         """Run one batch; return the requests that finished (or were refused) since the last step."""
+        self._admit_compiled()
         finished = [request.output(self.detokenizer) for request in self._failed]
         self._failed = []
         batch = self.scheduler.schedule()
         if batch:
+            masks = self.masks.start([batch.seqs[row] for row in sampled_rows(batch)])
             output = self.runner.execute(batch)
+            self.masks.apply(masks, output.logits)
             self._advance(batch)
             self._record_prompt_logprobs(output)
             finished += self._finish_prefill_only(batch)
@@ -129,6 +146,9 @@ class LLM:
         stats.preemptions = self.scheduler.num_preemptions
         stats.prefix_cache_queried_tokens = self.block_manager.queried_tokens
         stats.prefix_cache_hit_tokens = self.block_manager.hit_tokens
+        stats.grammar_mask_seconds = self.masks.seconds
+        stats.grammar_mask_steps = self.masks.steps_masked
+        stats.grammar_mask_rows = self.masks.rows_masked
         return stats
 
     # ---- batch interface -----------------------------------------------------------------
@@ -189,6 +209,29 @@ class LLM:
                     f"{self.block_manager.num_blocks}; raise num_kv_blocks or the memory budget")
         return None
 
+    def _admit_compiled(self) -> None:
+        """Schedule the constrained requests whose grammar is ready, or fail those it was refused for.
+        With nothing else to run, wait for a grammar rather than spin."""
+        if not self._compiling:
+            return
+        if not self.scheduler.running and not self.scheduler.waiting:
+            wait(self._compiling.values(), return_when=FIRST_COMPLETED)
+        for request_id, future in list(self._compiling.items()):
+            if not future.done():
+                continue
+            del self._compiling[request_id]
+            request = self.requests[request_id]
+            try:
+                template = future.result()
+            except ValueError as exc:  # UnsupportedConstraint: that request's error, not the engine's
+                request.error = str(exc)
+                del self.requests[request_id]
+                self._failed.append(request)
+                continue
+            for seq in request.seqs:
+                seq.matcher = template.deep_copy()
+                self.scheduler.add(seq)
+
     def _new_sequence(self, request: Request, prompt_ids: list[int], index: int, **scoring) -> Sequence:
         generator = None
         if request.params.seed is not None:
@@ -232,11 +275,30 @@ class LLM:
                 record = logprob_records[row]
                 seq.logprobs.append(record)
                 seq.cumulative_logprob += record[token].logprob
-            if self.stop_checker.check(seq):
+            if seq.matcher is not None:
+                seq.matcher.consume_token(token)
+            if self.stop_checker.check(seq) or (seq.matcher is not None and self._jump_forward(seq)):
                 done.append(seq)
         self._stats.generation_tokens += len(sampled.token_ids)
         self.scheduler.finish(done)
         return self._collect_finished(done)
+
+    def _jump_forward(self, seq: Sequence) -> bool:
+        """Append the tokens the grammar forces next, all at once: the next step computes them as one
+        chunk instead of one forward pass each. Not for sequences that record logprobs (forced tokens
+        have none). Returns whether the sequence is now done."""
+        if seq.logprobs is not None:
+            return False
+        room = seq.params.max_tokens - seq.num_output_tokens
+        forced = seq.matcher.compute_ff_tokens()[:room]
+        if not forced:
+            return False
+        seq.matcher.consume_tokens(forced)
+        for token in forced:
+            seq.append_token(token)
+        self._stats.jump_forward_tokens += len(forced)
+        self._stats.generation_tokens += len(forced)
+        return self.stop_checker.check(seq)
 
     def _sampled_logprobs(self, seqs: list[Sequence], sampled: SamplerOutput) -> dict[int, PositionLogprobs]:
         """The records of every row that asked for logprobs, ranked in one batch."""

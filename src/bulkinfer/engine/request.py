@@ -54,6 +54,8 @@ class StopChecker:
             return self._finish(seq, "stop", None)
         if params.stop and self._hit_stop_string(seq):
             return True
+        if seq.matcher is not None and seq.matcher.is_stopped():  # the grammar is complete and allows nothing more
+            return self._finish(seq, "stop", None)
         if seq.num_output_tokens >= params.max_tokens:
             return self._finish(seq, "length", None)
         return False

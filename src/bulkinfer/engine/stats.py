@@ -17,6 +17,10 @@ class EngineStats:
     preemptions: int = 0
     prefix_cache_queried_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
+    jump_forward_tokens: int = 0  # output tokens a grammar forced, appended without a forward pass each
+    grammar_mask_seconds: float = 0.0  # computing structured outputs' token masks, over every step
+    grammar_mask_steps: int = 0  # steps with at least one constrained row
+    grammar_mask_rows: int = 0  # constrained rows masked, over every step
 
     @property
     def prefix_cache_hit_rate(self) -> float:

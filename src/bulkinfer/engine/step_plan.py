@@ -70,8 +70,7 @@ def plan_step(batch: ScheduledBatch, block_size: int) -> tuple[StepPlan, LogitRo
         input_ids.extend(seq.token_ids[begin:end])
         positions.append(pos)
         slots.append(tables[i, pos // block_size].astype(np.int64) * block_size + pos % block_size)
-    sampled = [i for i, (seq, (_, end)) in enumerate(zip(batch.seqs, chunks))
-               if end == len(seq) and not seq.prefill_only]
+    sampled = sampled_rows(batch)
     sample_rows = [int(starts[i + 1]) - 1 for i in sampled]
     prompt_rows, prompt_slices = _prompt_logprob_rows(batch.seqs, chunks, starts)
     plan = StepPlan(
@@ -84,6 +83,12 @@ def plan_step(batch: ScheduledBatch, block_size: int) -> tuple[StepPlan, LogitRo
         logit_rows=np.array(sample_rows + prompt_rows, dtype=np.int64),
     )
     return plan, LogitRows([batch.seqs[i] for i in sampled], prompt_slices)
+
+
+def sampled_rows(batch: ScheduledBatch) -> list[int]:
+    """The batch's sequences that sample a token this step: every token of theirs is computed by its end."""
+    return [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens))
+            if seq.num_computed_tokens + n == len(seq) and not seq.prefill_only]
 
 
 def _prompt_logprob_rows(seqs: list[Sequence], chunks: list[tuple[int, int]], starts: np.ndarray):

@@ -15,7 +15,7 @@ from typing import Any
 
 from bulkinfer.durable import publish, sync_file
 from bulkinfer.errors import UsageError
-from bulkinfer.openai_batch.requests import SAMPLING_PARAMS, parse_line
+from bulkinfer.openai_batch.requests import PER_ROW, parse_line
 
 
 def requests_path(output: Path) -> Path:
@@ -51,7 +51,7 @@ def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:
 def job_settings(table: Path) -> dict[str, Any]:
     """The settings that make a job read the request table: its prompts and each body's sampling."""
     return {"input": [str(table)], "input_format": "jsonl", "prompt_column": "prompt", "messages_column": None,
-            "param_columns": {param: f"body_{param}" for param in SAMPLING_PARAMS}}
+            "param_columns": {s.name: f"body_{s.field}" for s in PER_ROW}}
 
 
 def _rendered(row: dict[str, Any], tokenizer: Any) -> dict[str, Any]:

@@ -12,7 +12,8 @@ CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 # Every sampling option a body may set, by SamplingParams' names (as vLLM's server takes them, top_k and the
 # like included); the request table holds them as body_<param> columns (null: the job's setting).
-SAMPLING_PARAMS = tuple(s.field for s in settings_of(SamplingParams) if s.per_row)
+PER_ROW = tuple(s for s in settings_of(SamplingParams) if s.per_row)
+SAMPLING_PARAMS = tuple(s.field for s in PER_ROW)
 _FLOATS = {s.field for s in settings_of(SamplingParams) if s.kinds == (float,)}
 COLUMNS = ("custom_id", "url", "body_model", "messages", "prompt", "batch_error",
            *(f"body_{param}" for param in SAMPLING_PARAMS))
@@ -108,4 +109,22 @@ def _sampling(body: dict[str, Any], chat: bool) -> dict[str, Any]:
     if chat:  # chat's own names: max_completion_tokens, and logprobs as a flag with top_logprobs alternatives
         values["max_tokens"] = body.get("max_completion_tokens", values["max_tokens"])
         values["logprobs"] = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+        values.update(_response_format(body.get("response_format")))
+    if isinstance(values["json"], dict):  # as JSON text: the table's column then has one type
+        values["json"] = json.dumps(values["json"])
     return values
+
+
+def _response_format(response_format: Any) -> dict[str, Any]:
+    """OpenAI's response_format as structured-output settings: json_object, or json_schema's schema."""
+    kind = response_format.get("type") if isinstance(response_format, dict) else response_format
+    if response_format is None or kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise BadRequest("response_format.json_schema.schema must be a JSON object")
+        return {"json": json.dumps(schema)}
+    raise BadRequest(f"unsupported response_format {kind!r}; supported: text, json_object, json_schema")

@@ -13,11 +13,14 @@ TASK_COLUMNS = {
     "choice": ("choice_logprobs", "choice_logprobs_norm", "choice", "choice_norm"),
 }
 
+# generate's columns that a job has only when some row may need them (see JobConfig.wants).
+OPTIONAL_COLUMNS = ("generated_json", "logprobs", "prompt_logprobs")
+
 
 def result_columns(task: str) -> tuple[str, ...]:
     """The columns the task adds after the input columns of every output row, in this order."""
     if task == "generate":
-        return (*TASK_COLUMNS[task], "prompt_tokens", "completion_tokens", "error", "logprobs", "prompt_logprobs")
+        return (*TASK_COLUMNS[task], "prompt_tokens", "completion_tokens", "error", *OPTIONAL_COLUMNS)
     return (*TASK_COLUMNS[task], "prompt_tokens", "error")
 
 

@@ -113,6 +113,12 @@ class JobConfig:
         """Whether some row may ask for `option` (logprobs, prompt_logprobs): set for the job or per row."""
         return getattr(self.sampling, option) is not None or option in self.param_columns
 
+    @property
+    def json_outputs(self) -> bool:
+        """Whether some row's output must be JSON: it then gets a generated_json column."""
+        return (self.sampling.json is not None or self.sampling.json_object
+                or bool({"json_schema", "json_object"} & set(self.param_columns)))
+
     def _validate(self) -> None:
         if not self.input:
             raise UsageError("no input given: pass at least one --input PATH")

@@ -69,7 +69,7 @@ class RowSettings:
     def __init__(self, config: JobConfig) -> None:
         self.base = config.sampling
         self.job_seed = config.sampling.seed
-        declared = {s.field: s for s in settings_of(SamplingParams)}
+        declared = {s.name: s for s in settings_of(SamplingParams)}  # param_columns use the flat names
         self.columns = [(declared[param], column) for param, column in config.param_columns.items()]
 
     def for_row(self, index: int, values: dict[str, Any]) -> SamplingParams:

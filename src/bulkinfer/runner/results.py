@@ -6,14 +6,16 @@ row once every request of that row is back; `failure` gives the row of one that 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 from bulkinfer.engine.scoring import Loglikelihood, loglikelihood_of
 from bulkinfer.outputs import PositionLogprobs, RequestOutput
-from bulkinfer.runner.columns import ROW_INDEX, TASK_COLUMNS, result_columns
+from bulkinfer.runner.columns import OPTIONAL_COLUMNS, ROW_INDEX, TASK_COLUMNS, result_columns
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import Work
+from bulkinfer.sampling_params import SamplingParams
 
 Row = dict[str, Any]
 
@@ -33,6 +35,7 @@ class GenerateResults:
         # With n > 1 possible, generation columns hold lists, one entry per sample, on every row.
         self.list_outputs = config.list_outputs
         self.optional = [name for name in ("logprobs", "prompt_logprobs") if config.wants(name)]
+        self.optional += ["generated_json"] if config.json_outputs else []
 
     def collect(self, work: Work, output: RequestOutput) -> Row:
         row = work.row
@@ -44,6 +47,7 @@ class GenerateResults:
             "finish_reason": [c.finish_reason for c in completions],
             "completion_tokens": [len(c.token_ids) for c in completions],
             "logprobs": [_positions(c.token_ids, c.logprobs) for c in completions],
+            "generated_json": [_json_text(c.text, work.params) for c in completions],
         }
         if not self.list_outputs:
             columns = {name: values[0] for name, values in columns.items()}
@@ -55,8 +59,7 @@ class GenerateResults:
 
     def _row(self, row: SourceRow, columns: Row, prompt_tokens: int | None, error: str | None) -> Row:
         computed = {**columns, "prompt_tokens": prompt_tokens, "error": error}
-        wanted = [name for name in result_columns("generate")
-                  if name not in ("logprobs", "prompt_logprobs") or name in self.optional]
+        wanted = [name for name in result_columns("generate") if name not in OPTIONAL_COLUMNS or name in self.optional]
         return {ROW_INDEX: row.index, **(row.values or {}), **{name: computed.get(name) for name in wanted}}
 
 
@@ -97,6 +100,18 @@ class ScoreResults:
 
     def _row(self, row: SourceRow, columns: Row, prompt_tokens: int | None, error: str | None) -> Row:
         return {ROW_INDEX: row.index, **(row.values or {}), **columns, "prompt_tokens": prompt_tokens, "error": error}
+
+
+def _json_text(text: str, params: SamplingParams) -> str | None:
+    """A JSON-constrained output's value as compact JSON text; None for other rows and for outputs cut
+    before the value was complete (finish_reason length)."""
+    constraint = params.constraint
+    if constraint is None or constraint.kind != "json":
+        return None
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except ValueError:
+        return None
 
 
 def _positions(token_ids: list[int], records: list[PositionLogprobs | None] | None) -> list[Row | None] | None:

@@ -1,0 +1,83 @@
+"""A job whose rows each bring a JSON schema resumes after SIGKILL like any job: every row once, the
+same rows as an uninterrupted run, bad schemas as error rows."""
+
+import json
+import random
+import signal
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+from runner_files import read_results, write_jsonl
+from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
+
+from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.export import export_job
+from bulkinfer.runner.job import run_job
+
+pytestmark = pytest.mark.slow  # child processes killed and resumed
+
+ROWS = 48
+FLAGS = ("--param-column", "json_schema=schema", "--max-tokens", "24")
+SCHEMAS = [
+    {"type": "object", "properties": {"label": {"enum": ["a", "b", "c"]}}, "required": ["label"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"],
+     "additionalProperties": False},
+    {"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 3},
+    "{not json",
+    {"type": "strin"},
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    # Schemas as JSON text: a column of objects whose keys differ from row to row would be written to each
+    # result file as a struct of that file's keys, so its passthrough values would depend on the batching.
+    texts = [schema if isinstance(schema, str) else json.dumps(schema) for schema in SCHEMAS]
+    rows = [{"prompt": f"record {i}: fill it in", "schema": texts[i % len(texts)]} for i in range(ROWS)]
+    random.Random(3).shuffle(rows)
+    return write_jsonl(tmp_path_factory.mktemp("structured") / "in.jsonl", rows)
+
+
+def _exported(out: Path) -> list[dict]:
+    destination = out.parent / f"{out.name}.parquet"
+    export_job(out, destination)
+    return read_results(destination)
+
+
+def test_a_per_row_schema_job_resumes_after_sigkill(tmp_path: Path, data: Path, tiny_llama: Path) -> None:
+    settings = {**SETTINGS, "max_tokens": 24, "param_columns": {"json_schema": "schema"}}
+    run_job(JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "base"),
+                                    **settings))
+    baseline = _exported(tmp_path / "base")
+    out, generator, kills = tmp_path / "out", random.Random(5), 0
+    for _ in range(6):
+        process = start(tiny_llama, data, out, extra=FLAGS)
+        before = commits(out)
+        if wait_for(lambda: commits(out) > before, process):
+            try:
+                process.wait(timeout=generator.uniform(0.0, 0.4))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)
+                kills += 1
+        process.communicate(timeout=300)
+        assert_consistent(out)
+        if kills == 2 or process.returncode == 0:
+            break
+    assert kills >= 1
+    process = start(tiny_llama, data, out, extra=FLAGS)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    rows = _exported(out)
+    assert [row["row_index"] for row in rows] == list(range(ROWS))
+    assert rows == baseline
+    for row in rows:
+        if row["error"] is not None:
+            assert "not valid JSON" in row["error"] or "unsupported schema: " in row["error"]
+        elif row["finish_reason"] == "stop":
+            jsonschema.validate(json.loads(row["generated_json"]), json.loads(row["schema"]))
+    bad = sum(not isinstance(SCHEMAS[i % len(SCHEMAS)], dict) or SCHEMAS[i % len(SCHEMAS)]["type"] == "strin"
+              for i in range(ROWS))
+    assert sum(row["error"] is not None for row in rows) == bad
