@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from ._triton import Launch, jit, next_power_of_2, tl
 from .silu_mul import silu_and_mul_ref, silu_and_mul_triton
+from .target import KernelTarget, device_target
 
 
 def fused_moe_ref(
@@ -109,15 +110,17 @@ def choose_block_m(num_pairs: int, num_experts: int) -> int:
     return 16 if rows_per_expert <= 16 else 32 if rows_per_expert <= 64 else 64
 
 
-def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype) -> GemmTiles:
-    """Tiles for one projection ``[rows, k] x [k, n]``, a pure function of the shapes and dtype.
+def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget) -> GemmTiles:
+    """Tiles for one projection ``[rows, k] x [k, n]``, a pure function of the shapes, dtype and target.
 
-    fp32 tiles are half as deep, so three stages of A and B tiles stay under 100 KiB of shared
-    memory (sm_80 and sm_90 give a program 163 and 227 KiB).
+    fp32 tiles are half as deep. Up to three pipeline stages of A and B tiles, as many as fit the
+    target's shared memory (sm_86 gives a program 99 KiB; the interpreter needs one).
     """
     block_n = min(128 if block_m <= 32 else 64, max(16, next_power_of_2(n)))
     block_k = min(32 if dtype == torch.float32 else 64, max(16, next_power_of_2(k)))
-    return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8, num_stages=3)
+    stage_bytes = (block_m + block_n) * block_k * dtype.itemsize
+    stages = 1 if target.interpreted else max(1, min(3, target.shared_memory // stage_bytes))
+    return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8, num_stages=stages)
 
 
 @jit(do_not_specialize=("num_pairs",))  # the step's token count: no variant per batch size
@@ -162,14 +165,14 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, alignment:
     Memory: each tile reads its rows of a and its expert's columns of b once, and writes its
     rows of out; padding rows read and write nothing.
     """
-    grouped_gemm_launch(a, b, out, alignment, rows_per_a, pair_weights)()
+    grouped_gemm_launch(a, b, out, alignment, rows_per_a, device_target(a.device), pair_weights)()
 
 
 def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, alignment: ExpertAlignment,
-                        rows_per_a: int, pair_weights: torch.Tensor | None = None) -> Launch:
-    """The launch of :func:`grouped_gemm`, decided without a device (the compile check builds it)."""
+                        rows_per_a: int, target: KernelTarget, pair_weights: torch.Tensor | None = None) -> Launch:
+    """The launch of :func:`grouped_gemm` on ``target``, decided without a device (the compile check builds it)."""
     n, k = b.shape[1], b.shape[2]
-    tiles = choose_gemm_tiles(alignment.block_m, n, k, a.dtype)
+    tiles = choose_gemm_tiles(alignment.block_m, n, k, a.dtype, target)
     grid = (alignment.sorted_pairs.shape[0] // tiles.block_m, -(-n // tiles.block_n))
     weights = pair_weights if pair_weights is not None else out  # never read without MUL_WEIGHTS
     return Launch(_grouped_gemm_kernel, grid,

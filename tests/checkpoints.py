@@ -23,9 +23,12 @@ from transformers import (
     GenerationConfig,
     LlamaConfig,
     MistralConfig,
+    MixtralConfig,
     PreTrainedTokenizerFast,
     Qwen2Config,
+    Qwen2MoeConfig,
     Qwen3Config,
+    Qwen3MoeConfig,
 )
 
 BOS, EOS, EOT, PAD = "<s>", "</s>", "<|eot|>", "<pad>"
@@ -90,7 +93,20 @@ ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
     # Qwen3: q/k RMSNorm, and heads * head_dim (128) != hidden_size (64).
     "qwen3": (Qwen3Config, dict(seed=4, tie_word_embeddings=False, eos_list=True, head_dim=32,
                                 rope_theta=1000000.0)),
+    # Mixture of experts, top-2: Mixtral's experts are intermediate_size wide, renormalized weights.
+    "mixtral": (MixtralConfig, dict(seed=5, tie_word_embeddings=False, eos_list=False, sliding_window=None,
+                                    num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)),
+    # Qwen2-MoE: a shared expert with its sigmoid gate, unnormalized top-k weights, layer 1 dense.
+    "qwen2_moe": (Qwen2MoeConfig, dict(seed=6, tie_word_embeddings=True, eos_list=True, rope_theta=1000000.0,
+                                       num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32,
+                                       shared_expert_intermediate_size=80, norm_topk_prob=False,
+                                       mlp_only_layers=[1])),
+    # Qwen3-MoE: q/k norm, renormalized top-k weights, every layer sparse.
+    "qwen3_moe": (Qwen3MoeConfig, dict(seed=8, tie_word_embeddings=False, eos_list=True, head_dim=32,
+                                       rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2,
+                                       moe_intermediate_size=32, norm_topk_prob=True)),
 }
+MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.
 _OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size")

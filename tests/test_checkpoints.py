@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from checkpoints import ARCHS, BOS, EOS, EOT, PAD
+from checkpoints import ARCHS, BOS, EOS, EOT, MOE_ARCHS, PAD
 
 TEXTS = [
     "Hello, world! 12345 + 678 = 13023.\n",
@@ -55,12 +55,13 @@ def test_config_has_the_arch_features(checkpoint_factory, arch):
     names = _tensor_names(checkpoint_factory(arch))
     assert config["num_key_value_heads"] == 2 and config["num_attention_heads"] == 4
     assert config["vocab_size"] % 8 == 0
-    assert ("model.layers.0.self_attn.q_proj.bias" in names) == (arch == "qwen2")
-    assert ("model.layers.0.self_attn.q_norm.weight" in names) == (arch == "qwen3")
+    assert ("model.layers.0.self_attn.q_proj.bias" in names) == (arch in ("qwen2", "qwen2_moe"))
+    assert ("model.layers.0.self_attn.q_norm.weight" in names) == (arch in ("qwen3", "qwen3_moe"))
+    assert any(".experts.1." in name for name in names) == (arch in MOE_ARCHS)
     assert ("lm_head.weight" in names) == (not config["tie_word_embeddings"])
     rope = config["rope_parameters"]
     assert rope["rope_type"] == ("llama3" if arch == "llama3" else "default")
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3_moe"):
         assert config["head_dim"] * config["num_attention_heads"] != config["hidden_size"]
 
 

@@ -72,6 +72,14 @@ def test_preemption_happens_in_that_setup(tiny_llama):
     assert llm.stats.preemptions > 0
 
 
+def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory):
+    path = checkpoint_factory("qwen2_moe")  # routed experts, a shared expert and a dense layer
+    batch = [3, 0, 2, 1]
+    llm = LLM(str(path), **ENGINE, enable_prefix_caching=False)
+    alone = [results(llm.generate([prompts()[i]], [params(i)], use_tqdm=False))[0] for i in batch]
+    assert run(path, batch, max_num_batched_tokens=24) == alone
+
+
 def test_invariant_attention_matches_the_reference():
     rows = [(1, 17), (9, 9), (1, 1), (4, 33), (1, 64), (20, 45)]
     batch = make_batch(rows, 8, 2, 64, torch.float32, block_size=16, seed=2)

@@ -32,9 +32,9 @@ def assert_greedy_matches(hf, prompt_ids, outputs):
         assert torch.all(chosen >= logits.max(-1).values - 1e-5), (prompt, tokens)
 
 
-def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int) -> None:
-    """Last-position logits within 1e-4, then greedy generations token for token."""
-    hf, llm = hf_model(path), LLM(str(path), block_size=block_size, max_model_len=256)
+def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int, **options) -> LLM:
+    """Last-position logits within 1e-4, then greedy generations token for token; ``options`` go to LLM."""
+    hf, llm = hf_model(path), LLM(str(path), block_size=block_size, max_model_len=256, **options)
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:num_prompts]
     for ids in prompt_ids:
         with torch.no_grad():
@@ -44,6 +44,7 @@ def check_against_transformers(path, block_size: int, num_prompts: int, max_toke
                            use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == max_tokens for o in outputs)
     assert_greedy_matches(hf, prompt_ids, outputs)
+    return llm
 
 
 @pytest.mark.parametrize("arch", ARCHS)

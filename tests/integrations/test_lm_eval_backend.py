@@ -86,3 +86,17 @@ def test_generate_until_honours_stops_and_lengths(both):
 def test_a_device_in_model_args_and_lm_evals_device_is_one_line(tiny_llama):
     with pytest.raises(ModelArgsError, match=r"^device given both in --model_args and by lm_eval's own options"):
         get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},device=cpu", {"device": "cpu"})
+
+
+def test_a_mixture_of_experts_model_scores_and_generates_as_in_hf(checkpoint_factory):
+    path = str(checkpoint_factory("mixtral"))
+    hf = get_model("hf")(pretrained=path, dtype="float32", device="cpu", max_length=MAX_LENGTH)
+    ours = BulkinferLM(pretrained=path, dtype="float32", device="cpu", max_length=MAX_LENGTH)
+    pairs = [Instance(request_type="loglikelihood", doc={}, idx=i, arguments=(context, continuation))
+             for i, (context, continuation) in enumerate([("The cat", " sat on the mat"), ("Hello", " world")])]
+    for (hf_logprob, hf_greedy), (our_logprob, our_greedy) in zip(hf.loglikelihood(pairs, disable_tqdm=True),
+                                                                   ours.loglikelihood(pairs, disable_tqdm=True)):
+        assert our_logprob == pytest.approx(hf_logprob, abs=1e-3) and our_greedy == hf_greedy
+    greedy = [Instance(request_type="generate_until", doc={}, idx=0,
+                       arguments=("Once upon a time", {"until": [], "max_gen_toks": 6, "do_sample": False}))]
+    assert ours.generate_until(greedy, disable_tqdm=True) == hf.generate_until(greedy, disable_tqdm=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close
 
 from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, choose_gemm_tiles, fused_moe_ref
+from bulkinfer.kernels.target import INTERPRETER, KNOWN_TARGETS
 
 
 def make_moe(num_tokens: int, hidden: int, inter: int, num_experts: int, top_k: int, dtype: torch.dtype,
@@ -57,12 +60,16 @@ def test_alignment_pads_each_expert_to_whole_tiles():
     assert alignment.block_experts.cpu().tolist()[:3] == [0, 1, 2]
 
 
-def test_tile_choice_is_a_pure_function_of_shapes():
+def test_tile_choice_is_a_pure_function_of_shapes_and_target():
+    sm_80, sm_86 = KNOWN_TARGETS["sm_80"], KNOWN_TARGETS["sm_86"]
     assert choose_block_m(8, 8) == 16 and choose_block_m(400, 8) == 32 and choose_block_m(800, 8) == 64
-    tiles = choose_gemm_tiles(16, n=1536, k=2048, dtype=torch.float16)
-    assert (tiles.block_m, tiles.block_n, tiles.block_k) == (16, 128, 64)
-    assert choose_gemm_tiles(64, n=24, k=20, dtype=torch.float32).block_k == 32
-    assert choose_gemm_tiles(16, n=1536, k=2048, dtype=torch.float16) == tiles
+    tiles = choose_gemm_tiles(16, n=1536, k=2048, dtype=torch.float16, target=sm_80)
+    assert (tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_stages) == (16, 128, 64, 3)
+    assert choose_gemm_tiles(64, n=24, k=20, dtype=torch.float32, target=sm_80).block_k == 32
+    assert choose_gemm_tiles(16, n=1536, k=2048, dtype=torch.float16, target=sm_80) == tiles
+    assert choose_gemm_tiles(16, n=1536, k=2048, dtype=torch.float16, target=INTERPRETER).num_stages == 1
+    small = replace(sm_86, shared_memory=2 * (16 + 128) * 64 * 2)  # room for two stages only
+    assert choose_gemm_tiles(16, n=1536, k=2048, dtype=torch.float16, target=small).num_stages == 2
 
 
 @pytest.mark.parametrize("shape", [

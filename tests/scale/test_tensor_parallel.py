@@ -37,6 +37,10 @@ def _run(path: Path, tensor_parallel_size: int):
     ("qwen2", {}),  # q/k/v biases
     ("qwen3", {}),  # q/k norms
     ("llama", {"vocab_size": 701}),  # the last rank's vocabulary slice ends in a padding row
+    # Mixture of experts: each rank holds half of every expert's columns (docs/scale-out.md)
+    ("mixtral", {}),
+    ("qwen2_moe", {}),  # and half of the shared expert's; its gate is replicated
+    ("qwen3_moe", {}),
 ])
 def test_two_ranks_give_the_results_of_one(checkpoint_factory, arch, overrides):
     path = checkpoint_factory(arch, **overrides)
@@ -57,6 +61,12 @@ def test_heads_that_do_not_divide_are_refused_before_any_process_starts(checkpoi
     with pytest.raises(ValueError, match=r"key/value heads \(1\) do not divide by tensor_parallel_size \(2\)"):
         LLM(str(path), tensor_parallel_size=2)
     assert time.monotonic() - started < 5
+
+
+def test_expert_columns_that_do_not_divide_are_refused(checkpoint_factory):
+    path = checkpoint_factory("qwen3_moe", moe_intermediate_size=33)
+    with pytest.raises(ValueError, match=r"expert MLP columns \(moe_intermediate_size\) \(33\) do not divide"):
+        LLM(str(path), tensor_parallel_size=2)
 
 
 def test_close_stops_the_worker_and_a_dead_worker_is_named(tiny_llama):

@@ -161,8 +161,8 @@ def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
             gate_up = torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype)
             act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
             down = torch.zeros(tokens * top_k, hidden, dtype=shape.dtype)
-            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k),
-                         grouped_gemm_launch(act, w2, down, alignment, 1, torch.zeros(tokens * top_k))]
+            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k, target),
+                         grouped_gemm_launch(act, w2, down, alignment, 1, target, torch.zeros(tokens * top_k))]
     return launches
 
 

@@ -89,7 +89,7 @@ def _was_pure_decode(llm, batch: int) -> bool:
 
 
 def _weight_bytes(llm) -> int:
-    return matmul_params(llm.model_config) * llm.config.dtype.itemsize
+    return matmul_params(llm.model_config, active=False) * llm.config.dtype.itemsize
 
 
 def _kv_bytes_per_token(llm) -> int:

@@ -32,12 +32,23 @@ def _calls_per_s(call, device: torch.device, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
-def matmul_params(config) -> int:
-    """Weights a forward pass multiplies by: every layer's projections and the LM head."""
+def matmul_params(config, active: bool = True) -> int:
+    """Weights of every layer's projections and the LM head. In a sparse layer: the router, any
+    shared expert and, if ``active``, the top-k experts a token is multiplied by (for FLOPs), else
+    every expert (what a decode step of a large batch reads)."""
     attn = config.hidden_size * (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
     attn += config.num_heads * config.head_dim * config.hidden_size
-    mlp = 3 * config.hidden_size * config.intermediate_size
-    return config.num_layers * (attn + mlp) + config.hidden_size * config.vocab_size
+    mlps = [_mlp_params(config, layer, active) for layer in range(config.num_layers)]
+    return config.num_layers * attn + sum(mlps) + config.hidden_size * config.vocab_size
+
+
+def _mlp_params(config, layer: int, active: bool) -> int:
+    moe = config.moe
+    if not config.is_sparse(layer):
+        return 3 * config.hidden_size * config.intermediate_size
+    experts = moe.top_k if active else moe.num_experts
+    shared = 3 * moe.shared_intermediate_size + 1 if moe.shared_intermediate_size else 0  # and its gate
+    return config.hidden_size * (moe.num_experts + 3 * experts * moe.intermediate_size + shared)
 
 
 def model_flops(num_params: int, num_layers: int, attn_width: int, requests, computed_prompt: int | None) -> float:

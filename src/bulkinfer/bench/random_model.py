@@ -1,4 +1,5 @@
-"""Llama-shaped checkpoints with random weights, for benchmarks that need a model of a given size."""
+"""Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped, or
+Qwen3-MoE-shaped for the mixture-of-experts shapes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ class ModelShape:
     num_key_value_heads: int
     intermediate_size: int
     vocab_size: int
+    num_experts: int = 0  # 0: dense
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
 
 
 SHAPES = {
@@ -22,33 +26,49 @@ SHAPES = {
     "0.5b": ModelShape(896, 24, 14, 2, 4864, 151936),
     "1.5b": ModelShape(1536, 28, 12, 2, 8960, 151936),
     "8b": ModelShape(4096, 32, 32, 8, 14336, 128256),
+    # 50m with each MLP split into 8 experts of half its width, 2 per token: the same active parameters.
+    "moe-small": ModelShape(512, 8, 8, 4, 1408, 32000, num_experts=8, num_experts_per_tok=2,
+                            moe_intermediate_size=704),
 }
 
 
 def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32", seed: int = 0) -> Path:
-    """Write a LlamaForCausalLM checkpoint with a tokenizer covering its vocabulary: printable ASCII
+    """Write a checkpoint of ``shape`` with a tokenizer covering its vocabulary: printable ASCII
     characters, so that structured outputs can spell JSON, then filler words."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     path.mkdir(parents=True, exist_ok=True)
     if (path / "config.json").is_file():
         return path
     torch.manual_seed(seed)
-    config = LlamaConfig(**asdict(shape), max_position_embeddings=4096, tie_word_embeddings=False,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype=dtype)
+    config = hf_config(shape, dtype)
     # Built in its own dtype, on the GPU when there is one: an 8B model in fp32 on the CPU would
     # take 32 GB and minutes to initialize.
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, dtype))
     try:
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-            model = LlamaForCausalLM(config)
+            model = AutoModelForCausalLM.from_config(config)
     finally:
         torch.set_default_dtype(default_dtype)
     model.save_pretrained(path)
     _word_tokenizer(shape.vocab_size).save_pretrained(path)
     return path
+
+
+def hf_config(shape: ModelShape, dtype: str = "float32"):
+    """A LlamaConfig, or with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights)."""
+    from transformers import LlamaConfig, Qwen3MoeConfig
+
+    common = dict(max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0, dtype=dtype)
+    if shape.num_experts:
+        return Qwen3MoeConfig(**asdict(shape), **common, norm_topk_prob=True, architectures=["Qwen3MoeForCausalLM"],
+                              head_dim=shape.hidden_size // shape.num_attention_heads)
+    dense = {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
+                                                                   "moe_intermediate_size")}
+    return LlamaConfig(**dense, **common, architectures=["LlamaForCausalLM"])
 
 
 def _word_tokenizer(vocab_size: int):

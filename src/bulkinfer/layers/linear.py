@@ -64,9 +64,10 @@ class Linear(nn.Linear):
 
 
 def set_batch_invariant(model: nn.Module) -> None:
-    """Every linear layer of ``model`` through :func:`invariant_linear`."""
+    """Every linear layer of ``model`` through :func:`invariant_linear`, and every other module that
+    declares a ``batch_invariant`` switch (the mixture-of-experts MLP) switched on."""
     for module in model.modules():
-        if isinstance(module, Linear):
+        if hasattr(module, "batch_invariant"):
             module.batch_invariant = True
 
 

@@ -12,11 +12,41 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": {},
     "Qwen2ForCausalLM": {"qkv_bias": True},
     "Qwen3ForCausalLM": {"qk_norm": True},
+    "MixtralForCausalLM": {"moe": "mixtral"},
+    "Qwen2MoeForCausalLM": {"qkv_bias": True, "moe": "qwen2_moe"},
+    "Qwen3MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_moe"},
 }
 
 
 class UnsupportedModelError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """The sparse MLP of a mixture-of-experts family; layers not in ``sparse_layers`` have a dense MLP."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int  # each expert's
+    normalize: bool  # the top-k router weights renormalized to sum to 1
+    shared_intermediate_size: int  # Qwen2-MoE's shared expert; 0 for none
+    sparse_layers: frozenset[int]
+
+    @classmethod
+    def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
+        """Each family's keys, with transformers' defaults for the optional ones."""
+        layers = range(hf["num_hidden_layers"])
+        # Recent transformers write Qwen3-MoE's num_experts under Mixtral's name.
+        num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
+        if family == "mixtral":  # every layer sparse, weights always renormalized
+            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers))
+        # Qwen2-MoE and Qwen3-MoE: a layer is sparse every decoder_sparse_step layers, unless listed dense.
+        step, dense = hf.get("decoder_sparse_step", 1), set(hf.get("mlp_only_layers") or ())
+        sparse = {i for i in layers if i not in dense and num_experts > 0 and (i + 1) % step == 0}
+        shared = hf.get("shared_expert_intermediate_size", 5632) if family == "qwen2_moe" else 0
+        return cls(num_experts, hf["num_experts_per_tok"], hf["moe_intermediate_size"],
+                   hf.get("norm_topk_prob", False), shared, frozenset(sparse))
 
 
 @dataclass(frozen=True)
@@ -38,6 +68,10 @@ class ModelConfig:
     qk_norm: bool
     torch_dtype: torch.dtype
     sliding_window: int | None
+    moe: MoEConfig | None = None  # None: a dense model
+
+    def is_sparse(self, layer: int) -> bool:
+        return self.moe is not None and layer in self.moe.sparse_layers
 
     @classmethod
     def from_hf(cls, hf: dict) -> "ModelConfig":
@@ -60,10 +94,11 @@ class ModelConfig:
             rope_scaling=scaling,
             max_position_embeddings=hf.get("max_position_embeddings", 2048),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
-            qkv_bias=parts.get("qkv_bias", False) or hf.get("attention_bias", False),
+            qkv_bias=hf.get("qkv_bias", parts.get("qkv_bias", False)) or hf.get("attention_bias", False),
             qk_norm=parts.get("qk_norm", False),
             torch_dtype=_dtype(hf.get("dtype") or hf.get("torch_dtype")),
             sliding_window=_sliding_window(hf),
+            moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
         )
 
 

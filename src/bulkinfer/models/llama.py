@@ -1,4 +1,5 @@
-"""The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm).
+"""The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm), and
+their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers).
 
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
@@ -13,6 +14,8 @@ from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
 from bulkinfer.layers.linear import ColumnParallelLinear, RowParallelLinear
+from bulkinfer.layers.mlp import MLP
+from bulkinfer.layers.moe import EXPERT_COLUMNS, SHARED_COLUMNS, SparseMoeBlock
 from bulkinfer.layers.norm import RMSNorm
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
@@ -26,8 +29,11 @@ HEADS, KV_HEADS, MLP_COLUMNS = "attention heads", "key/value heads", "MLP column
 
 def check_splits(config: ModelConfig, tp: TensorParallel) -> None:
     """Fail before anything is built if the model does not split evenly over tp.size ranks."""
-    for total, what in ((config.num_heads, HEADS), (config.num_kv_heads, KV_HEADS),
-                        (config.intermediate_size, MLP_COLUMNS)):
+    splits = [(config.num_heads, HEADS), (config.num_kv_heads, KV_HEADS), (config.intermediate_size, MLP_COLUMNS)]
+    if config.moe is not None:
+        splits += [(config.moe.intermediate_size, EXPERT_COLUMNS),
+                   (config.moe.shared_intermediate_size, SHARED_COLUMNS)]
+    for total, what in splits:
         tp.split(total, what)
 
 
@@ -71,25 +77,22 @@ class Attention(nn.Module):
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
-class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
-        super().__init__()
-        # This rank's gate rows then its up rows, so silu_and_mul's halves still pair up.
-        self.gate_up_proj = ColumnParallelLinear(config.hidden_size, 2 * config.intermediate_size, tp, MLP_COLUMNS)
-        self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size, tp, MLP_COLUMNS)
-        self.ops = ops
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel) -> nn.Module:
+    """Layer ``layer``'s MLP: the sparse mixture of experts where the config says so, else the dense one."""
+    moe = config.moe
+    if not config.is_sparse(layer):
+        return MLP(config.hidden_size, config.intermediate_size, ops, tp, MLP_COLUMNS)
+    return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.normalize,
+                          moe.shared_intermediate_size, ops, tp)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
+    def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.self_attn = Attention(config, ops, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.mlp = MLP(config, ops, tp)
+        self.mlp = make_mlp(config, layer, ops, tp)
 
     def forward(self, positions, hidden, residual, attn, rope_cache):
         if residual is None:
@@ -105,7 +108,7 @@ class DecoderModel(nn.Module):
     def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
-        self.layers = nn.ModuleList(DecoderLayer(config, ops, tp) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i, ops, tp) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
 
     def forward(self, input_ids, positions, attn, rope_cache):

@@ -36,11 +36,20 @@ def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torc
     return model.eval().requires_grad_(False)
 
 
-# Checkpoint tensor name -> (our fused parameter, which part of it).
+# Mixtral's names for its experts -> Qwen's, which are ours.
+_RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
+            (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
+            (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
+            (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
+# Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
+# slot of the stacked expert parameters.
 _FUSED = [
     (re.compile(r"(.*)\.self_attn\.([qkv])_proj\.(weight|bias)$"), r"\1.self_attn.qkv_proj.\3"),
-    (re.compile(r"(.*)\.mlp\.(gate|up)_proj\.weight$"), r"\1.mlp.gate_up_proj.weight"),
+    (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj"),
+    (re.compile(r"(.*\.experts)\.\d+\.(down)_proj\.weight$"), r"\1.down_proj"),
+    (re.compile(r"(.*)\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj.weight"),
 ]
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
 def load_weights(model: CausalLM, path: Path) -> None:
@@ -54,10 +63,10 @@ def load_weights(model: CausalLM, path: Path) -> None:
         if target not in params:
             raise ValueError(f"checkpoint tensor {name} has no place in {model.config.architecture}")
         param = params[target]
-        part = param.data if which is None else param.data[_fused_rows(which, model.config, model.tp.size)]
+        part = _part(param.data, name, which, model.config, model.tp.size)
         _copy_shard(name, tensor, part, getattr(param, "tp_dim", None), model.tp)
         loaded[target] += 1
-    missing = [name for name, param in params.items() if loaded[name] < _parts(name)]
+    missing = [name for name, param in params.items() if loaded[name] < _parts(name, param)]
     if missing:
         raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {', '.join(missing[:3])}")
 
@@ -80,6 +89,8 @@ def _copy_shard(name: str, tensor: torch.Tensor, part: torch.Tensor, dim: int | 
 
 def _target(name: str) -> tuple[str, str | None]:
     """Our parameter for a checkpoint tensor, and which part of a fused one it fills."""
+    for pattern, replacement in _RENAMES:
+        name = pattern.sub(replacement, name)
     for pattern, replacement in _FUSED:
         match = pattern.match(name)
         if match:
@@ -87,19 +98,31 @@ def _target(name: str) -> tuple[str, str | None]:
     return name, None
 
 
-def _parts(param_name: str) -> int:
+def _part(data: torch.Tensor, name: str, which: str | None, config: ModelConfig, tp_size: int) -> torch.Tensor:
+    """The part of a parameter that checkpoint tensor ``name`` fills (on this rank)."""
+    expert = _EXPERT.search(name)
+    if expert:
+        data = data[int(expert.group(1))]
+    if which in ("gate", "up"):  # this rank's gate rows, then its up rows
+        return data.chunk(2)[which == "up"]
+    return data if which in (None, "down") else data[_qkv_rows(which, config, tp_size)]
+
+
+def _parts(param_name: str, param: torch.Tensor) -> int:
     """How many checkpoint tensors fill a parameter."""
     if ".qkv_proj." in param_name:
         return 3
+    if param_name.endswith(".experts.gate_up_proj"):
+        return 2 * param.shape[0]
+    if param_name.endswith(".experts.down_proj"):
+        return param.shape[0]
     return 2 if ".gate_up_proj." in param_name else 1
 
 
-def _fused_rows(which: str, config: ModelConfig, tp_size: int) -> slice:
-    """Where one rank's slice of q, k, v, gate or up sits in its fused parameter."""
+def _qkv_rows(which: str, config: ModelConfig, tp_size: int) -> slice:
+    """Where one rank's slice of q, k or v sits in its fused parameter."""
     q, kv = config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
-    inter = config.intermediate_size // tp_size
-    starts = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv), "gate": (0, inter), "up": (inter, inter)}
-    start, size = starts[which]
+    start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[which]
     return slice(start, start + size)
 
 
