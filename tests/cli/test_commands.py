@@ -56,6 +56,17 @@ def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> 
     assert report["decode_step"]["vs_floor"] > 0 and report["decode_step"]["copy_gb_s"] > 0
 
 
+def test_bench_reports_a_structured_run_beside_the_free_one(capsys, tmp_path: Path) -> None:
+    code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "4", "--compare",
+                            "bulkinfer", "--structured", "json", "--output", tmp_path / "bench.json")
+    assert code == 0, err
+    assert "of unconstrained in generated tok/s" in out
+    row = json.loads((tmp_path / "bench.json").read_text())["systems"]["bulkinfer-json"]
+    grammar = row["grammar"]
+    assert row["vs_unconstrained"] > 0 and grammar["masked_steps"] > 0 and grammar["jump_forward_tokens"] > 0
+    assert grammar["probe_256"]["rows"] == 256 and grammar["probe_256"]["step_ms"] > 0
+
+
 @pytest.mark.slow
 def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "6",

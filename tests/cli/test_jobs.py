@@ -86,3 +86,21 @@ def test_each_shard_of_a_split_job_writes_its_own_stats(capsys, tmp_path: Path) 
     stats = [json.loads((tmp_path / "out" / f"stats-{i}-of-2.json").read_text()) for i in (0, 1)]
     assert [s["rows_this_run"] for s in stats] == [30, 30]
     assert len(exported(capsys, tmp_path / "out")) == 60
+
+
+def test_classify_job_answers_with_one_of_each_rows_labels(capsys, tmp_path: Path) -> None:
+    code, _, err = invoke(capsys, "run", "jobs/classify.toml", "--output", tmp_path / "out")
+    assert code == 0, err
+    rows = exported(capsys, tmp_path / "out")
+    assert all(row["generated_text"] in row["choices"] for row in rows)
+    correct = sum(row["choices"].index(row["generated_text"]) == row["answer"] for row in rows)
+    assert correct / len(rows) >= 0.9
+
+
+def test_extract_job_writes_valid_json(capsys, tmp_path: Path) -> None:
+    subset = _addition_subset(tmp_path / "addition.jsonl", 60)
+    code, _, err = invoke(capsys, "run", "jobs/extract.toml", "--input", subset, "--output", tmp_path / "out")
+    assert code == 0, err
+    rows = exported(capsys, tmp_path / "out")
+    assert all(row["finish_reason"] == "stop" and isinstance(json.loads(row["generated_json"]), int) for row in rows)
+    assert sum(json.loads(row["generated_json"]) == int(row["answer"]) for row in rows) / len(rows) >= 0.95

@@ -24,3 +24,15 @@ def test_triton_path_gives_the_torch_paths_greedy_tokens(checkpoint_factory):
     torch_llm = LLM(str(path), attention_backend="torch", **settings)
     expected = [o.outputs[0].token_ids for o in torch_llm.generate(prompts, params, use_tqdm=False)]
     assert first == again == expected
+
+
+def test_mixture_of_experts_through_the_fused_moe_kernel_gives_the_torch_paths_tokens(checkpoint_factory):
+    path = checkpoint_factory("qwen2_moe")  # routed experts, a shared expert and a dense layer
+    prompts = [list(range(10, 31)), [7, 8, 9]]
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    settings = dict(max_model_len=64, block_size=8, max_num_batched_tokens=16)  # the long prompt in chunks
+    triton = LLM(str(path), attention_backend="triton", **settings)
+    assert triton.runner.ops.fused_moe.__name__ == "fused_moe_triton"
+    got = [o.outputs[0].token_ids for o in triton.generate(prompts, params, use_tqdm=False)]
+    torch_llm = LLM(str(path), attention_backend="torch", **settings)
+    assert got == [o.outputs[0].token_ids for o in torch_llm.generate(prompts, params, use_tqdm=False)]

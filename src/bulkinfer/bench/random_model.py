@@ -33,7 +33,8 @@ SHAPES = {
 
 
 def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32", seed: int = 0) -> Path:
-    """Write a checkpoint of ``shape`` with a word-level tokenizer covering its vocabulary."""
+    """Write a checkpoint of ``shape`` with a tokenizer covering its vocabulary: printable ASCII
+    characters, so that structured outputs can spell JSON, then filler words."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -71,12 +72,15 @@ def hf_config(shape: ModelShape, dtype: str = "float32"):
 
 
 def _word_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    vocab = {token: i for i, token in enumerate(specials + [f"w{i}" for i in range(len(specials), vocab_size)])}
+    characters = [chr(code) for code in range(32, 127)]
+    fillers = [f"w{i}" for i in range(len(specials) + len(characters), vocab_size)]
+    vocab = {token: i for i, token in enumerate(specials + characters + fillers)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per character
+    tokenizer.decoder = decoders.Fuse()  # tokens joined as they are, no spaces between
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>",
                                    eos_token="</s>", unk_token="<unk>")

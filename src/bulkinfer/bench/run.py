@@ -14,7 +14,7 @@ from bulkinfer.bench import SYSTEMS, systems
 from bulkinfer.bench.decode_floor import DecodeProbe
 from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
-from bulkinfer.bench.workloads import make_workload, prompt_tokens, useful_tokens
+from bulkinfer.bench.workloads import BENCH_SCHEMA, make_workload, prompt_tokens, useful_tokens
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.resolve import resolve_device, resolve_dtype
 from bulkinfer.models.checkpoint import resolve_model_path
@@ -30,13 +30,15 @@ def model_path(model: str, dtype: str) -> Path:
     shape = model.split(":", 1)[1]
     if shape not in SHAPES:
         raise ValueError(f"unknown random shape {shape!r}; choose from {', '.join(SHAPES)}")
-    store = Path(tempfile.gettempdir()) / "bulkinfer-bench" / f"{shape}-{dtype}"
+    # "ascii": checkpoints whose tokenizer spells printable ASCII (older ones in the store did not).
+    store = Path(tempfile.gettempdir()) / "bulkinfer-bench" / f"{shape}-{dtype}-ascii"
     return make_random_checkpoint(store, SHAPES[shape], dtype="float32" if dtype == "auto" else dtype)
 
 
 def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[str, ...] = SYSTEMS,
-                  workload_seed: int = 0, **engine_options) -> dict:
-    """engine_options: EngineConfig's fields; dtype and device hold for the baselines too."""
+                  workload_seed: int = 0, structured: bool = False, **engine_options) -> dict:
+    """engine_options: EngineConfig's fields; dtype and device hold for the baselines too. structured:
+    bulkinfer runs again with every request constrained to BENCH_SCHEMA, as the system "bulkinfer-json"."""
     options = EngineConfig(**engine_options)
     path = model_path(model, options.dtype)
     model_config, _ = read_config(path)
@@ -47,15 +49,17 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
     max_len = max(len(r.prompt) + r.max_tokens for r in requests)
     if unknown := [system for system in compare if system not in SYSTEMS]:
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
+    bulkinfer_options = {**engine_options, "dtype": str(torch_dtype).removeprefix("torch."),
+                         "max_model_len": options.max_model_len or max_len}
     runs = {
-        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, **{
-            **engine_options, "dtype": str(torch_dtype).removeprefix("torch."),
-            "max_model_len": options.max_model_len or max_len}),
+        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, **bulkinfer_options),
+        "bulkinfer-json": lambda: systems.run_bulkinfer(path, requests, temperature, schema=BENCH_SCHEMA,
+                                                        **bulkinfer_options),
         "static": lambda: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
         "continuous": lambda: systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device),
     }
     timings, failures = [], {}
-    for system in compare:
+    for system in (*compare, "bulkinfer-json") if structured else compare:
         try:
             timings.append(runs[system]())
         except Exception as exc:  # a baseline that breaks is reported, and the others still count
@@ -89,11 +93,16 @@ def _report(path, model_config, workload, requests, dtype, device, timings, peak
             "useful_output_tok_s": round(useful / timing.seconds, 1),
             "total_tok_s": round((useful + prompt_tokens(requests)) / timing.seconds, 1),
             "generated_tokens": timing.generated_tokens,
+            "generated_tok_s": round(timing.generated_tokens / timing.seconds, 1),
             "mfu": round(flops / timing.seconds / 1e12 / peak, 3),
+            **({"grammar": timing.grammar} if timing.grammar else {}),
         }
     base = rows.get("bulkinfer", {}).get("useful_output_tok_s")
+    if "bulkinfer-json" in rows and "bulkinfer" in rows:  # generated tokens: a constrained output may end early
+        rows["bulkinfer-json"]["vs_unconstrained"] = round(
+            rows["bulkinfer-json"]["generated_tok_s"] / rows["bulkinfer"]["generated_tok_s"], 3)
     for name, row in rows.items():
-        if base and name != "bulkinfer":
+        if base and not name.startswith("bulkinfer"):
             row["bulkinfer_speedup"] = round(base / row["useful_output_tok_s"], 2)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"), "machine": _machine(device), "model": str(path),
@@ -118,6 +127,12 @@ def format_report(report: dict) -> str:
             lines.append(f"  {name:<11} failed: {row['error']}")
             continue
         speedup = f"  (bulkinfer {row['bulkinfer_speedup']}x)" if "bulkinfer_speedup" in row else ""
+        if "vs_unconstrained" in row:
+            grammar = row["grammar"]
+            speedup = (f"  ({row['vs_unconstrained']:.1%} of unconstrained in generated tok/s; masks "
+                       f"{grammar['mask_ms_per_step']:.2f} ms/step at {grammar['rows_per_step']:.0f} rows, "
+                       f"{grammar['probe_256']['step_ms']:.2f} ms at 256; {grammar['jump_forward_tokens']} tokens "
+                       f"jumped)")
         lines.append(f"  {name:<11} {row['seconds']:>8.2f} s  {row['useful_output_tok_s']:>9.1f} useful tok/s  "
                      f"MFU {row['mfu']:.1%}{speedup}")
     if decode := report.get("decode_step"):

@@ -11,12 +11,14 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from bulkinfer.bench.decode_floor import DecodeProbe, probe_decode
 from bulkinfer.bench.workloads import BenchRequest
 from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
+from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.llm import LLM
 from bulkinfer.kernels.paged_attention_cpu import MIN_KEYS
 from bulkinfer.sampling_params import SamplingParams
@@ -31,19 +33,28 @@ class Timing:
     generated_tokens: int  # what the system produced, padding and over-generation included
     computed_prompt_tokens: int | None = None  # bulkinfer only: prompt tokens not served by the cache
     decode: DecodeProbe | str | None = None  # bulkinfer only: its decode probe, or why the probe failed
+    grammar: dict | None = None  # bulkinfer with a schema: mask times and jump-forward (see grammar_report)
 
 
-def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, **engine_args) -> Timing:
+def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, schema: dict | None = None,
+                  **engine_args) -> Timing:
+    """schema: constrain every request's output to it (the grammar is compiled before the timing)."""
     llm = LLM(str(path), **engine_args)
-    params = [SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=temperature, ignore_eos=True, seed=i)
-              for i, r in enumerate(requests)]
+    params = [SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=temperature, ignore_eos=True, seed=i,
+                             json=schema) for i, r in enumerate(requests)]
     _warm_up(llm, requests[0].prompt)
+    if schema is not None:
+        llm.generate([requests[0].prompt], params[0], use_tqdm=False)
     stats_before = (llm.stats.prompt_tokens, llm.stats.generation_tokens)
+    grammar_before = _grammar_counters(llm.stats)
     start = time.perf_counter()
     llm.generate([r.prompt for r in requests], params, use_tqdm=False)
     seconds = time.perf_counter() - start
-    timing = Timing("bulkinfer", seconds, llm.stats.generation_tokens - stats_before[1],
-                    llm.stats.prompt_tokens - stats_before[0])
+    timing = Timing("bulkinfer" if schema is None else "bulkinfer-json", seconds,
+                    llm.stats.generation_tokens - stats_before[1], llm.stats.prompt_tokens - stats_before[0])
+    if schema is not None:
+        timing.grammar = grammar_report(llm, grammar_before, params[0])
+        return timing  # the decode probe belongs to the unconstrained run
     try:
         timing.decode = probe_decode(llm)
     except (RuntimeError, ValueError) as exc:  # reported beside the throughput, which still counts
@@ -156,3 +167,38 @@ def _collect(manager, expected: int) -> int:
             finished += 1
             generated += len(result.generated_tokens)
     return generated
+
+
+def _grammar_counters(stats) -> tuple[float, int, int, int]:
+    return (stats.grammar_mask_seconds, stats.grammar_mask_steps, stats.grammar_mask_rows, stats.jump_forward_tokens)
+
+
+def grammar_report(llm: LLM, before: tuple[float, int, int, int], params: SamplingParams) -> dict:
+    """The run's mask time per step and rows per step, tokens jumped, and a probe at exactly 256 rows."""
+    seconds, steps, rows, jumped = (now - then for now, then in zip(_grammar_counters(llm.stats), before))
+    return {"mask_ms_per_step": round(1000 * seconds / max(steps, 1), 3),
+            "rows_per_step": round(rows / max(steps, 1), 1), "mask_us_per_row": round(1e6 * seconds / max(rows, 1), 2), "masked_steps": steps,
+            "jump_forward_tokens": jumped, "probe_256": probe_masks(llm, params)}
+
+
+def probe_masks(llm: LLM, params: SamplingParams, rows: int = 256, steps: int = 32) -> dict:
+    """Masks for 256 rows of the schema, each row taking a random allowed token per step: the time per step."""
+    template = llm.grammars.get(params.constraint).result()
+    matchers = [template.deep_copy() for _ in range(rows)]
+    masks = GrammarMasks(llm.model_config.vocab_size, rows, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    times = []
+    try:
+        for _ in range(steps):
+            seqs = [SimpleNamespace(matcher=matcher) for matcher in matchers]
+            logits = torch.zeros(rows, llm.model_config.vocab_size)
+            start = time.perf_counter()
+            masks.apply(masks.start(seqs), logits)
+            times.append(time.perf_counter() - start)
+            tokens = torch.multinomial(logits.softmax(-1), 1, generator=generator).flatten().tolist()
+            for index, (matcher, token) in enumerate(zip(matchers, tokens)):
+                if not matcher.consume_token(token) or matcher.is_stopped():
+                    matchers[index] = template.deep_copy()
+    finally:
+        masks.close()
+    return {"rows": rows, "steps": steps, "step_ms": round(1000 * sum(times) / steps, 3)}

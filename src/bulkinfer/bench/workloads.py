@@ -18,6 +18,13 @@ class BenchRequest:
 
 
 
+# --structured json: a label out of three, then free text, so outputs still run to their max_tokens
+# (a random model closes the string only by chance) while each begins with forced tokens.
+BENCH_SCHEMA = {"type": "object", "properties": {"label": {"enum": ["bug", "feature", "question"]},
+                                                 "text": {"type": "string"}},
+                "required": ["label", "text"], "additionalProperties": False}
+
+
 def make_workload(name: str, num_requests: int, vocab_size: int, seed: int = 0) -> list[BenchRequest]:
     rng = np.random.default_rng(seed)
     tokens = lambda count: rng.integers(4, vocab_size, count).tolist()  # noqa: E731 - ids past the specials

@@ -22,6 +22,8 @@ class BenchSettings:
                                      "synthetic (n = 4 samples at temperature 0.8).", choices=WORKLOADS)
     num_requests: int = setting(128, "Requests in the workload.")
     compare: str = setting(",".join(SYSTEMS), "Comma-separated systems to run.")
+    structured: str | None = setting(None, "json: run bulkinfer a second time with every request constrained to a "
+                                           "small JSON schema, and report both (default: off).", choices=("json",))
     output: Path | None = setting(None, "Also write the report to this JSON file (default: none).")
 
 
@@ -46,7 +48,8 @@ def bench_command(**options: Any) -> int:
     from bulkinfer.bench.run import format_report, run_benchmark, save_report  # torch: only when it runs
 
     try:
-        report = run_benchmark(own.model, own.workload, own.num_requests, compare=systems, **engine)
+        report = run_benchmark(own.model, own.workload, own.num_requests, compare=systems,
+                               structured=own.structured is not None, **engine)
     except ValueError as exc:  # an unknown random shape or engine option, or a model that is not there
         raise UsageError(str(exc)) from None
     print(format_report(report))
