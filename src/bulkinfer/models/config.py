@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bulkinfer.models.refusal import refusal_reason
+
 # Architecture name in config.json -> which optional parts of the shared decoder it switches on.
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": {},
@@ -108,7 +110,7 @@ def _architecture(hf: dict) -> str:
         if name in SUPPORTED_ARCHITECTURES:
             return name
     raise UnsupportedModelError(
-        f"unsupported architecture {', '.join(names) or '(none given in config.json)'}; "
+        f"unsupported architecture {', '.join(names) or '(none given in config.json)'}: {refusal_reason(hf)}; "
         f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
 
 

@@ -1,0 +1,34 @@
+"""A model that cannot run is refused from config.json alone, in one line naming the architecture and why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bulkinfer import LLM
+from bulkinfer.models.config import UnsupportedModelError
+
+
+@pytest.mark.parametrize("changes, reason", [
+    (dict(architectures=["T5ForConditionalGeneration"], is_encoder_decoder=True), "encoder-decoder"),
+    (dict(architectures=["BertForSequenceClassification"]), "no causal LM head"),
+    (dict(architectures=["MambaForCausalLM"], model_type="mamba"), "hybrid recurrent"),
+    (dict(architectures=["Qwen3NextForCausalLM"], layer_types=["linear_attention", "full_attention"]),
+     "hybrid recurrent"),
+    (dict(architectures=["MyModelForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_my.MyModel"}),
+     "remote code"),
+    (dict(architectures=["GPT2LMHeadModel"]), "no implementation"),
+])
+def test_refused_before_weights_load(tiny_llama, tmp_path, changes, reason):
+    path = tmp_path / "model"
+    shutil.copytree(tiny_llama, path)
+    for weights in path.glob("*.safetensors"):
+        weights.unlink()  # a refusal must not need them
+    config = json.loads((path / "config.json").read_text()) | changes
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedModelError) as info:
+        LLM(str(path))
+    message = str(info.value)
+    assert "\n" not in message and changes["architectures"][0] in message and reason in message
