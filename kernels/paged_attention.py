@@ -5,6 +5,13 @@ has ``seq_len`` tokens in the cache once they are stored (its cached prefix plus
 New token ``j`` sits at position ``seq_len - q_len + j`` and attends causally to cache positions
 ``0 .. seq_len - q_len + j``. Decode and chunked prefill over a cached prefix are the same rule.
 
+Two variants modern models need, both off by default:
+
+- ``sliding_window = W > 0``: a token at position ``p`` sees only keys ``p - W < k <= p`` (transformers'
+  convention: the window counts the token itself);
+- ``softcap = c > 0``: scores are capped as ``c * tanh(score / c)`` after scaling and before the
+  mask (Gemma 2's attention logit soft-capping).
+
 The reference below is also the CPU execution path: it gathers each sequence's blocks and calls
 PyTorch's scaled_dot_product_attention, batching all decode rows into one call.
 
@@ -42,21 +49,47 @@ def paged_attention_ref(
     max_query_len: int | None = None,  # hints for the Triton launcher; the reference reads the lengths
     max_seq_len: int | None = None,
     min_query_len: int | None = None,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
     decode: Callable | None = None,  # attention of one group of decode rows; default: decode_ref
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
     q_lens = [end - start for start, end in zip(starts, starts[1:])]
     out = torch.empty_like(query)
+    variant = AttentionVariant(sliding_window, softcap)
+    decode = decode_ref if decode is None or variant.active else decode
     for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
         rows = torch.tensor([starts[i] for i in group], device=query.device)
-        out[rows] = (decode or decode_ref)(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
-                                           lens[group[0]], scale)
+        out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
+                           lens[group[0]], scale, **variant.kwargs())
     for i, q_len in enumerate(q_lens):
         if q_len > 1:
             q = query[starts[i]:starts[i + 1]]
-            out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale)
+            out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale, variant)
     return out
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    """A sliding window (0: none) and a score soft-cap (0: none); see the module's docstring."""
+
+    sliding_window: int = 0
+    softcap: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.sliding_window or self.softcap)
+
+    def kwargs(self) -> dict:
+        return {"sliding_window": self.sliding_window, "softcap": self.softcap} if self.active else {}
+
+    def visible(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+        """[..., q, k] bool: which keys each query sees (causal, then the window)."""
+        seen = key_pos[..., None, :] <= query_pos[..., :, None]
+        if self.sliding_window:
+            seen &= key_pos[..., None, :] > query_pos[..., :, None] - self.sliding_window
+        return seen
 
 
 def _length_groups(seqs: list[int], lens: list[int], spread: float = 1.5) -> list[list[int]]:
@@ -79,34 +112,43 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> 
     return blocks.flatten(-4, -3)[..., :num_tokens, :, :]
 
 
-def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
+def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0):
     # q: [batch, heads, dim]; keys padded to max_len and masked past each sequence's length.
     k = _gather(k_cache, block_tables, max_len).transpose(1, 2)  # [batch, kvh, max_len, dim]
     v = _gather(v_cache, block_tables, max_len).transpose(1, 2)
-    mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(q.device)
-    out = F.scaled_dot_product_attention(
-        q.unsqueeze(2).to(k.dtype), k, v, attn_mask=mask[:, None, None, :], scale=scale,
-        enable_gqa=q.shape[1] != k.shape[1])
+    lens = seq_lens[:, None].to(q.device)
+    mask = AttentionVariant(sliding_window).visible(lens - 1, torch.arange(max_len, device=q.device))
+    out = _sdpa(q.unsqueeze(2).to(k.dtype), k, v, mask[:, None], scale, softcap)
     return out.squeeze(2).to(q.dtype)
 
 
-def _extend(q, k_cache, v_cache, block_table, seq_len, scale):
+def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionVariant()):
     # q: [q_len, heads, dim], the last q_len positions of a sequence of seq_len cached tokens.
     q_len = q.shape[0]
     k = _gather(k_cache, block_table, seq_len).transpose(0, 1)  # [kvh, seq_len, dim]
     v = _gather(v_cache, block_table, seq_len).transpose(0, 1)
-    if q_len == seq_len:
-        mask, causal = None, True
-    else:
-        key_pos = torch.arange(seq_len, device=q.device)
+    mask = None
+    if q_len != seq_len or variant.active:
         query_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)
-        mask, causal = key_pos[None, :] <= query_pos[:, None], False
+        mask = variant.visible(query_pos, torch.arange(seq_len, device=q.device))
     # A batch dimension of 1: PyTorch's fused CPU kernel takes 4-D inputs only (3-D ones run the
     # unfused path, 2.4x slower for a 355-token prompt).
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None].to(k.dtype), k[None], v[None], attn_mask=mask, is_causal=causal, scale=scale,
-        enable_gqa=q.shape[1] != k.shape[0])
+    out = _sdpa(q.transpose(0, 1)[None].to(k.dtype), k[None], v[None], mask, scale, variant.softcap)
     return out[0].transpose(0, 1).to(q.dtype)
+
+
+def _sdpa(q, k, v, mask, scale, softcap=0.0):
+    """[b, heads, q, dim] attention over [b, kv_heads, k, dim]; mask None means causal over equal lengths."""
+    if not softcap:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+    group = q.shape[1] // k.shape[1]  # scaled_dot_product_attention cannot cap scores: written out
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = softcap * torch.tanh(torch.matmul(q.float(), k.float().transpose(-1, -2)) * (scale / softcap))
+    if mask is None:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return torch.matmul(weights, v.float()).to(q.dtype)
 
 
 # ----------------------------------------------------------------------------------------------
