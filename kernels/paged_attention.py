@@ -63,7 +63,7 @@ def paged_attention_ref(
     q_lens = [end - start for start, end in zip(starts, starts[1:])]
     out = torch.empty_like(query)
     variant = AttentionVariant(sliding_window, softcap)
-    decode = decode_ref if decode is None or variant.active else decode
+    decode = decode or decode_ref
     for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
         rows = torch.tensor([starts[i] for i in group], device=query.device)
         out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
@@ -208,7 +208,8 @@ def _attend_keys(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, head_end, full_en
                  HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Keys ``start .. kv_end`` in BLOCK_N slices: masked before ``head_end`` (the slices the window's
     edge cuts) and from ``full_end`` (the causal diagonal, the last partial slice), unmasked between.
-    Without a window, start and head_end are 0: a loop fewer, which keeps those variants' registers."""
+    Without a window the first loop is not compiled (head_end == start): plain attention keeps the
+    registers it had before windows existed."""
     if HAS_WINDOW:
         for first in range(start, head_end, BLOCK_N):
             m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
@@ -232,7 +233,8 @@ def _decode_kernel(
     num_heads, group, num_splits, window, qk_scale, cap, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    SOFTCAP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SOFTCAP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -487,8 +489,8 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
         return []
     tiles = attention_tiles(head_dim, query.dtype, target)
     args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
-    strides = (*_score_args(scale, sliding_window, softcap), query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
+    strides = (*_score_args(scale, sliding_window, softcap), query.stride(0), query.stride(1), out.stride(0),
+               out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
     shape = {"HEAD_DIM": head_dim, "BLOCK_SIZE": block_size, "BLOCK_N": tiles.block_n,
              "HAS_WINDOW": sliding_window > 0, "SOFTCAP": softcap > 0,
              "BLOCK_D": next_power_of_2(head_dim), "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32"}
