@@ -79,9 +79,11 @@ class ModelRunner:
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
-        for layer, (kv_heads, head_dim) in zip(self.model.attention_layers(), kv_shapes):
-            layer.k_cache, layer.v_cache = torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim),
-                                                       dtype=config.dtype, device=self.device)
+        # One [2, blocks, block_size, kv_heads, head_dim] tensor per layer: keys, then values.
+        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim), dtype=config.dtype,
+                                      device=self.device) for kv_heads, head_dim in kv_shapes]
+        for layer, cache in zip(self.model.attention_layers(), self.kv_caches):
+            layer.k_cache, layer.v_cache = cache
         self.decode_graphs = None
         # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it. A
         # transformers model's Python code is not known to be capturable.
