@@ -63,9 +63,9 @@ class Linear(nn.Linear):
     batch_invariant = False  # set on the instances of a deterministic engine (set_batch_invariant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.batch_invariant and x.dim() == 2:
-            return invariant_linear(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, x.shape[-1])  # transformers' model code passes [batch, tokens, features]
+        out = (invariant_linear if self.batch_invariant else linear)(flat, self.weight, self.bias)
+        return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def set_batch_invariant(model: nn.Module) -> None:
