@@ -31,6 +31,8 @@ from transformers import (
     Qwen3MoeConfig,
 )
 
+from zoo import ZOO
+
 BOS, EOS, EOT, PAD = "<s>", "</s>", "<|eot|>", "<pad>"
 # transformers 5 loads any model_type "qwen2" checkpoint with Qwen2Tokenizer, which adds
 # "<|endoftext|>" as its unk token if missing; having it in every checkpoint keeps the vocab
@@ -198,7 +200,7 @@ def padded_vocab_size(tokenizer_size: int) -> int:
 
 
 def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
-    """Write a tiny random checkpoint of `arch` (a key of ARCHS) into `path` and return it.
+    """Write a tiny random checkpoint of `arch` (a key of ARCHS or zoo.ZOO) into `path` and return it.
 
     Overrides go to the config class (e.g. num_key_value_heads=1, tie_word_embeddings=False),
     except these, which make_checkpoint handles itself:
@@ -208,10 +210,11 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
       eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
       vocab_size: int, embedding rows (default: the tokenizer's size rounded up to a multiple of 8)
     """
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
+    builders = {**ARCHS, **ZOO}
+    if arch not in builders:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(builders)}")
     path = Path(path)
-    config_class, arch_settings = ARCHS[arch]
+    config_class, arch_settings = builders[arch]
     settings = {**SIZES, **arch_settings, **overrides}
     own = {key: settings.pop(key, None) for key in _OWN_OPTIONS}
     tokenizer = build_tokenizer()
