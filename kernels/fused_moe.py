@@ -16,7 +16,7 @@ A pair is numbered ``token * top_k + slot``, the order of ``topk_ids.flatten()``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,17 +29,18 @@ from .target import KernelTarget, device_target
 
 def fused_moe_ref(
     x: torch.Tensor,  # [num_tokens, hidden]
-    w13: torch.Tensor,  # [num_experts, 2 * inter, hidden]
-    w2: torch.Tensor,  # [num_experts, hidden, inter]
+    w13: torch.Tensor | Sequence[torch.Tensor],  # [num_experts, 2 * inter, hidden]
+    w2: torch.Tensor | Sequence[torch.Tensor],  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k], any float dtype
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
     linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear,
 ) -> torch.Tensor:  # [num_tokens, hidden]
-    """``linear(rows, weight)`` does each expert's matmuls (the CPU path passes a faster one)."""
+    """``linear(rows, weight)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
+    (the CPU path passes a faster one, and per-expert weights it has packed for it)."""
     num_tokens, top_k = topk_ids.shape
     experts = topk_ids.flatten()
     order = torch.argsort(experts, stable=True)  # pairs grouped by expert
-    counts = torch.bincount(experts, minlength=w13.shape[0]).tolist()
+    counts = torch.bincount(experts, minlength=len(w13)).tolist()
     rows = x[order // top_k]
     out = torch.empty(order.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
     start = 0

@@ -33,6 +33,17 @@ def test_demo_job_is_accurate_and_writes_stats(capsys, tmp_path: Path) -> None:
     assert stats["rows_done"] == 120 and stats["rows_failed"] == 0 and stats["output_tokens"] > 120
     assert stats["settings"]["max_tokens"] == 8 and stats["settings"]["temperature"] == 0
     assert stats["cost_per_million_output_tokens"] > 0
+    assert stats["model_impl"] == "native"
+
+
+def test_demo_job_through_transformers_code_is_as_accurate(capsys, tmp_path: Path) -> None:
+    subset = _addition_subset(tmp_path / "addition.jsonl", 40)
+    code, _, err = invoke(capsys, "run", "jobs/demo.toml", "--input", subset, "--output", tmp_path / "out",
+                          "--model-impl", "transformers")
+    assert code == 0, err
+    rows = exported(capsys, tmp_path / "out")
+    assert sum(row["generated_text"] == row["answer"] for row in rows) / len(rows) >= 0.95
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["model_impl"] == "transformers"
 
 
 def test_eval_suite_job_answers_every_task(capsys, tmp_path: Path) -> None:

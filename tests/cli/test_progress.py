@@ -56,7 +56,7 @@ def test_cost_per_million_output_tokens() -> None:
 def test_summary_table_renders_cost_when_known() -> None:
     stats = {"rows_done": 10, "rows_total": 10, "rows_this_run": 10, "rows_failed": 0, "prompt_tokens": 50,
              "output_tokens": 20, "wall_seconds": 2.0, "engine_seconds": 1.0, "output_tokens_per_second": 20.0,
-             "prompt_tokens_per_second": 50.0, "preemptions": 0, "prefix_cache_hit_rate": 0.5,
+             "prompt_tokens_per_second": 50.0, "preemptions": 0, "prefix_cache_hit_rate": 0.5, "model_impl": "native",
              "cost": 0.001, "cost_per_million_output_tokens": 50.0}
     console = Console(file=io.StringIO(), width=120, color_system=None)
     console.print(summary_table(stats))

@@ -79,11 +79,11 @@ def test_padding_rows_are_reset_between_replays(tiny_llama):
 def test_failed_capture_leaves_no_graph_and_no_cache_write(tiny_llama):
     # On the CPU, torch.cuda.graph fails right after the first warm-up: a real capture failure.
     llm, _ = decode_ready(tiny_llama)
-    cache_before = llm.runner.kv_cache.clone()
+    cache_before = [cache.clone() for cache in llm.runner.kv_caches]
     graphs = DecodeGraphs(llm.runner.model, max_batch=8, max_blocks_per_seq=16, max_seq_len=128,
                           device=torch.device("cpu"), capture=True)
     assert not graphs.captured and not graphs.graphs and not graphs.hidden
-    assert torch.equal(llm.runner.kv_cache, cache_before)  # the warm-up wrote to slot -1: nowhere
+    assert all(map(torch.equal, llm.runner.kv_caches, cache_before))  # the warm-up wrote to slot -1: nowhere
 
 
 @pytest.mark.parametrize("error", ["triton", "value"])

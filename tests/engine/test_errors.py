@@ -19,7 +19,7 @@ def test_unsupported_architecture_names_the_supported_ones(tiny_llama, tmp_path)
     config["architectures"] = ["GPT2LMHeadModel"]
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel.*LlamaForCausalLM.*Qwen3ForCausalLM"):
-        LLM(str(path))
+        LLM(str(path), model_impl="native")
 
 
 def test_missing_directory_and_offline_hub_id_fail_in_one_line(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""A model that cannot run is refused from config.json alone, in one line naming the architecture and why."""
+"""A model that cannot run is refused from its config alone, in one line naming the architecture and why."""
 
 from __future__ import annotations
 
@@ -19,16 +19,20 @@ from bulkinfer.models.config import UnsupportedModelError
      "hybrid recurrent"),
     (dict(architectures=["MyModelForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_my.MyModel"}),
      "remote code"),
-    (dict(architectures=["GPT2LMHeadModel"]), "no implementation"),
+    (dict(architectures=["StableLmForCausalLM"], model_type="stablelm"), "attention interface"),
+    (dict(architectures=["NoSuchForCausalLM"], model_type="no_such_model"), "cannot read its config"),
+    (dict(architectures=["GPT2LMHeadModel"], model_impl="native"), "no native implementation"),
 ])
 def test_refused_before_weights_load(tiny_llama, tmp_path, changes, reason):
     path = tmp_path / "model"
     shutil.copytree(tiny_llama, path)
     for weights in path.glob("*.safetensors"):
         weights.unlink()  # a refusal must not need them
+    changes = dict(changes)
+    model_impl = changes.pop("model_impl", "auto")
     config = json.loads((path / "config.json").read_text()) | changes
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError) as info:
-        LLM(str(path))
+        LLM(str(path), model_impl=model_impl)
     message = str(info.value)
     assert "\n" not in message and changes["architectures"][0] in message and reason in message

@@ -100,13 +100,27 @@ def test_triton_with_idle_and_crowded_experts(dtype):
     assert_close(fused_moe_triton(**moe), fused_moe_ref(**moe))
 
 
-def test_the_cpu_path_matches_the_reference_and_triton_ops_carry_the_kernel():
+@pytest.mark.parametrize("num_tokens,skewed", [(1, False), (40, False), (300, True)])
+def test_the_cpu_path_matches_the_reference_and_triton_ops_carry_the_kernel(num_tokens, skewed):
     from bulkinfer.layers.ops import CPU_OPS, resolve_ops
 
-    moe = {k: v.cpu() for k, v in make_moe(40, 64, 32, num_experts=8, top_k=2, dtype=torch.float32).items()}
-    torch.testing.assert_close(CPU_OPS.fused_moe(**moe), fused_moe_ref(**moe), atol=1e-5, rtol=1e-5)
+    moe = make_moe(num_tokens, 64, 32, num_experts=8, top_k=2, dtype=torch.float32, skewed=skewed)
+    moe = {k: v.cpu() for k, v in moe.items()}
+    torch.testing.assert_close(CPU_OPS.fused_moe(**moe), dense_moe(**moe), atol=1e-5, rtol=1e-5)
     assert resolve_ops("auto", torch.device("cpu")).fused_moe is CPU_OPS.fused_moe
     pytest.importorskip("triton")
     from bulkinfer.kernels.fused_moe import fused_moe_triton
 
     assert resolve_ops("triton", DEVICE).fused_moe is fused_moe_triton
+
+
+def test_the_cpu_path_repacks_expert_weights_changed_in_place_or_replaced():
+    from bulkinfer.layers.ops import CPU_OPS
+
+    moe = {k: v.cpu() for k, v in make_moe(40, 64, 32, num_experts=8, top_k=2, dtype=torch.float32).items()}
+    w13 = moe["w13"] = torch.nn.Parameter(moe["w13"], requires_grad=False)
+    CPU_OPS.fused_moe(**moe)  # packs the weights
+    w13.mul_(-2)
+    torch.testing.assert_close(CPU_OPS.fused_moe(**moe), dense_moe(**moe), atol=1e-5, rtol=1e-5)
+    w13.data = torch.randn_like(w13)
+    torch.testing.assert_close(CPU_OPS.fused_moe(**moe), dense_moe(**moe), atol=1e-5, rtol=1e-5)

@@ -41,7 +41,7 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
     bulkinfer runs again with every request constrained to BENCH_SCHEMA, as the system "bulkinfer-json"."""
     options = EngineConfig(**engine_options)
     path = model_path(model, options.dtype)
-    model_config, _ = read_config(path)
+    model_config, _ = read_config(path, options.model_impl)
     torch_device = resolve_device(options.device)
     torch_dtype = resolve_dtype(options.dtype, model_config, torch_device)
     requests = make_workload(workload, num_requests, model_config.vocab_size, workload_seed)

@@ -35,6 +35,7 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "output_tokens_per_second": round(m.output_tokens_per_second, 1),
         "preemptions": m.preemptions,
         "prefix_cache_hit_rate": round(m.prefix_cache_hit_rate, 4),
+        "model_impl": last.engine_stats.model_impl,
         "settings": config.settings(),
     }
     if hourly_cost is not None:
@@ -63,6 +64,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_row("rows", f"{stats['rows_done']:,} of {stats['rows_total']:,} ({stats['rows_this_run']:,} this run)")
+    table.add_row("model code", stats["model_impl"])
     table.add_row("errors", f"{stats['rows_failed']:,}")
     table.add_row("tokens", f"{stats['prompt_tokens']:,} prompt, {stats['output_tokens']:,} output")
     table.add_row("wall time", f"{stats['wall_seconds']:,.1f} s ({stats['engine_seconds']:,.1f} s generating)")

@@ -14,6 +14,7 @@ from bulkinfer.settings import check_choices, setting
 
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
+MODEL_IMPLS = ("auto", "native", "transformers")
 # A step's token budget when max_num_batched_tokens is not given: GPUs want wide steps, the CPU short ones.
 BATCHED_TOKENS = {"cuda": 8192, "cpu": 2048}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -35,6 +36,10 @@ class EngineConfig:
                                           flag="prefix-caching")
     attention_backend: str = setting("auto", "auto (Triton on a GPU, the CPU path on the CPU), triton or torch "
                                              "(the PyTorch references).", choices=ATTENTION_BACKENDS)
+    model_impl: str = setting("auto", "Whose model code runs: native (bulkinfer's, for the architectures it has), "
+                                      "transformers (any causal LM transformers can build, on bulkinfer's paged "
+                                      "attention) or auto (native where it exists, else transformers).",
+                              choices=MODEL_IMPLS)
     kv_cache_memory_gb: float = setting(4.0, "KV-cache size on the CPU, in GB.")
     gpu_memory_utilization: float = setting(0.9, "Share of GPU memory the model and KV cache may use.")
     enforce_eager: bool = setting(False, "Run decode steps without CUDA graphs.")

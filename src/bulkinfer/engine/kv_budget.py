@@ -33,9 +33,10 @@ def activation_reserve(model: ModelConfig, config: ResolvedConfig, tp_size: int)
     return tokens + logits + _SLACK
 
 
-def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_heads: int, block_size: int,
-                       device: torch.device, tp_size: int = 1) -> int:
-    bytes_per_block = (2 * model.num_layers * block_size * kv_heads * model.head_dim
+def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: list[tuple[int, int]],
+                       block_size: int, device: torch.device, tp_size: int = 1) -> int:
+    """kv_shapes: (KV heads, head size) of each layer's cache on this rank."""
+    bytes_per_block = (2 * block_size * sum(heads * dim for heads, dim in kv_shapes)
                        * torch.tensor([], dtype=config.dtype).element_size())
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)

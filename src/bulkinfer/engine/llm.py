@@ -41,7 +41,7 @@ class LLM:
     def __init__(self, model: str, **options: Any):
         engine_options = construct(EngineConfig, options, "LLM option")
         path = resolve_model_path(str(model))
-        model_config, hf_config = read_config(path)
+        model_config, hf_config = read_config(path, engine_options.model_impl)
         self.config = resolve(engine_options, model_config)
         self.model_config = model_config
         self.tokenizer = load_tokenizer(path)
@@ -59,7 +59,7 @@ class LLM:
         self._failed: list[Request] = []  # refused at add time, reported by the next step()
         self._compiling: dict[Hashable, Future] = {}  # constrained requests whose grammar is not ready yet
         self._generate_ids = itertools.count()
-        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks)
+        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks, model_impl=model_config.implementation)
 
     @property
     def max_model_len(self) -> int:

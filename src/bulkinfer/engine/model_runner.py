@@ -73,19 +73,22 @@ class ModelRunner:
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
         if config.options.deterministic:
             set_batch_invariant(self.model)
-        kv_heads = model_config.num_kv_heads // self.tp.size
-        blocks = config.options.num_kv_blocks or kv_blocks_that_fit(config, model_config, kv_heads, self.block_size,
+        kv_shapes = self.model.kv_shapes()
+        blocks = config.options.num_kv_blocks or kv_blocks_that_fit(config, model_config, kv_shapes, self.block_size,
                                                                     self.device, self.tp.size)
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
-        shape = (2, model_config.num_layers, self.num_blocks, self.block_size, kv_heads, model_config.head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=config.dtype, device=self.device)
-        for index, layer in enumerate(self.model.attention_layers()):
-            layer.k_cache, layer.v_cache = self.kv_cache[0, index], self.kv_cache[1, index]
+        # One [2, blocks, block_size, kv_heads, head_dim] tensor per layer: keys, then values.
+        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim), dtype=config.dtype,
+                                      device=self.device) for kv_heads, head_dim in kv_shapes]
+        for layer, cache in zip(self.model.attention_layers(), self.kv_caches):
+            layer.k_cache, layer.v_cache = cache
         self.decode_graphs = None
-        # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it.
-        if self.device.type == "cuda" and self.ops.name == "triton" and not config.options.enforce_eager and self.tp.size == 1:
+        # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it. A
+        # transformers model's Python code is not known to be capturable.
+        if (self.device.type == "cuda" and self.ops.name == "triton" and not config.options.enforce_eager
+                and self.tp.size == 1 and model_config.implementation == "native"):
             max_blocks = -(-config.max_model_len // self.block_size)
             graphs = DecodeGraphs(self.model, min(config.options.max_num_seqs, 256), max_blocks,
                                   config.max_model_len, self.device, capture=True)

@@ -26,10 +26,21 @@ class ResolvedConfig:
 
 
 def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
+    if model.implementation == "transformers":
+        check_transformers_path(options, model)
     device = resolve_device(options.device)
     return ResolvedConfig(options, device, resolve_dtype(options.dtype, model, device),
                           resolve_max_model_len(options.max_model_len, model),
                           options.max_num_batched_tokens or BATCHED_TOKENS[device.type])
+
+
+def check_transformers_path(options: EngineConfig, model: ModelConfig) -> None:
+    """What only bulkinfer's own model code does: splitting a model over ranks, batch-invariant matmuls."""
+    for wanted, option in ((options.tensor_parallel_size > 1, "tensor_parallel_size > 1"),
+                           (options.deterministic, "deterministic=True")):
+        if wanted:
+            raise ValueError(f"{option} needs bulkinfer's native code, and {model.architecture} runs through "
+                             "transformers (model_impl='transformers')")
 
 
 def resolve_device(device: str) -> torch.device:

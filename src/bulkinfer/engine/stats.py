@@ -21,6 +21,7 @@ class EngineStats:
     grammar_mask_seconds: float = 0.0  # computing structured outputs' token masks, over every step
     grammar_mask_steps: int = 0  # steps with at least one constrained row
     grammar_mask_rows: int = 0  # constrained rows masked, over every step
+    model_impl: str = "native"  # whose code runs the model: "native" (bulkinfer's) or "transformers"
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -29,9 +29,14 @@ _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, through oneDNN where that is faster."""
-    if _ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2:
-        return _onednn_linear(x, weight, bias)
+    if runs_on_onednn(x):
+        return onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def runs_on_onednn(x: torch.Tensor) -> bool:
+    """Whether ``linear`` sends this input to oneDNN."""
+    return _ONEDNN and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and x.dim() == 2
 
 
 INVARIANT_ROWS = 32  # the CPU's batch-invariant matmuls multiply row tiles of exactly this many
@@ -58,9 +63,9 @@ class Linear(nn.Linear):
     batch_invariant = False  # set on the instances of a deterministic engine (set_batch_invariant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.batch_invariant and x.dim() == 2:
-            return invariant_linear(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, x.shape[-1])  # transformers' model code passes [batch, tokens, features]
+        out = (invariant_linear if self.batch_invariant else linear)(flat, self.weight, self.bias)
+        return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def set_batch_invariant(model: nn.Module) -> None:
@@ -77,7 +82,9 @@ def onednn_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
-def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` on oneDNN for a 2-D CPU ``x``; ``weight`` plain, or already in oneDNN's layout
+    (``torch.ops.mkldnn._reorder_linear_weight``)."""
     rows = x.shape[0]
     padded = onednn_rows(rows)
     if padded != rows:

@@ -2,7 +2,8 @@
 
 The CPU path is the references except for decode attention, which reads the paged cache through
 a kernel compiled by TorchInductor where a step's decode groups are big enough to pay for it, and
-the mixture-of-experts MLP, whose per-expert matmuls go through oneDNN like the linear layers.
+the mixture-of-experts MLP, whose per-expert matmuls go through oneDNN with weights packed once
+(layers/moe_cpu.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from bulkinfer.kernels.rotary import rotary_ref
 from bulkinfer.kernels.silu_mul import silu_and_mul_ref
 from bulkinfer.kernels.store_kv import store_kv_ref
 from bulkinfer.kernels.target import MIN_ARCH, check_supported, device_target
-from bulkinfer.layers.linear import linear
+from bulkinfer.layers.moe_cpu import fused_moe_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +40,6 @@ class KernelOps:
     rotary: Callable
     silu_and_mul: Callable
     fused_moe: Callable
-
-
-def fused_moe_cpu(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor) -> torch.Tensor:
-    return fused_moe_ref(x, w13, w2, topk_weights, topk_ids, linear=linear)
 
 
 TORCH_OPS = KernelOps("torch", store_kv_ref, paged_attention_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref,

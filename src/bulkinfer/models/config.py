@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-from bulkinfer.models.refusal import refusal_reason
 
 # Architecture name in config.json -> which optional parts of the shared decoder it switches on.
 SUPPORTED_ARCHITECTURES = {
@@ -71,6 +70,7 @@ class ModelConfig:
     torch_dtype: torch.dtype
     sliding_window: int | None
     moe: MoEConfig | None = None  # None: a dense model
+    implementation: str = "native"  # whose code runs it: "native" (models/llama.py) or "transformers"
 
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
@@ -98,23 +98,28 @@ class ModelConfig:
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             qkv_bias=hf.get("qkv_bias", parts.get("qkv_bias", False)) or hf.get("attention_bias", False),
             qk_norm=parts.get("qk_norm", False),
-            torch_dtype=_dtype(hf.get("dtype") or hf.get("torch_dtype")),
+            torch_dtype=checkpoint_dtype(hf.get("dtype") or hf.get("torch_dtype")),
             sliding_window=_sliding_window(hf),
             moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
         )
 
 
+def native_architecture(hf: dict) -> str | None:
+    """The architecture named in config.json that bulkinfer has its own code for, if any."""
+    return next((name for name in hf.get("architectures") or () if name in SUPPORTED_ARCHITECTURES), None)
+
+
 def _architecture(hf: dict) -> str:
-    names = hf.get("architectures") or []
-    for name in names:
-        if name in SUPPORTED_ARCHITECTURES:
-            return name
-    raise UnsupportedModelError(
-        f"unsupported architecture {', '.join(names) or '(none given in config.json)'}: {refusal_reason(hf)}; "
-        f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    name = native_architecture(hf)
+    if name is None:
+        names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
+        raise UnsupportedModelError(f"no native implementation of {names}: bulkinfer's own code runs "
+                                    f"{', '.join(SUPPORTED_ARCHITECTURES)}; model_impl='transformers' (or 'auto') "
+                                    "runs other causal LMs through transformers")
+    return name
 
 
-def _dtype(name: str | None) -> torch.dtype:
+def checkpoint_dtype(name: str | None) -> torch.dtype:
     return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(name or "float32", torch.float32)
 
 

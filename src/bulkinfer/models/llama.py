@@ -145,3 +145,7 @@ class CausalLM(nn.Module):
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn for layer in self.model.layers]
+
+    def kv_shapes(self) -> list[tuple[int, int]]:
+        """(KV heads, head size) of each layer's cache on this rank."""
+        return [(layer.num_kv_heads, layer.head_dim) for layer in self.attention_layers()]

@@ -1,4 +1,4 @@
-"""Find a checkpoint, build our model for it, and read its safetensors straight into our layout."""
+"""Read a checkpoint's config, build the model that runs it, and read its safetensors straight into our layout."""
 
 from __future__ import annotations
 
@@ -8,22 +8,39 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from torch import nn
 from safetensors import safe_open
 
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.checkpoint import ModelNotFoundError
-from bulkinfer.models.config import ModelConfig
+from bulkinfer.models.config import ModelConfig, UnsupportedModelError, native_architecture
 from bulkinfer.models.llama import CausalLM
+from bulkinfer.models.refusal import refusal_reason
 
 
-def read_config(path: Path) -> tuple[ModelConfig, dict]:
+def read_config(path: Path, model_impl: str = "auto") -> tuple[ModelConfig, dict]:
+    """The checkpoint's config, for bulkinfer's own code (``native``) or transformers' (``transformers``);
+    ``auto`` takes native code where it exists. A model neither can run is refused here, in one line."""
     hf = json.loads((path / "config.json").read_text())
-    return ModelConfig.from_hf(hf), hf
+    if model_impl == "native" or (model_impl == "auto" and native_architecture(hf)):
+        return ModelConfig.from_hf(hf), hf
+    reason = refusal_reason(hf)
+    if reason:
+        names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
+        raise UnsupportedModelError(f"unsupported architecture {names}: {reason}")
+    from bulkinfer.models.transformers_backend.config import transformers_model_config
+
+    return transformers_model_config(path, hf), hf
 
 
 def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torch.device,
-               ops: KernelOps, max_position: int, tp: TensorParallel = SINGLE) -> CausalLM:
+               ops: KernelOps, max_position: int, tp: TensorParallel = SINGLE) -> nn.Module:
+    """The model, its weights loaded: bulkinfer's CausalLM, or a transformers model behind the same interface."""
+    if config.implementation == "transformers":
+        from bulkinfer.models.transformers_backend.model import load_transformers_model
+
+        return load_transformers_model(path, config, dtype, device, ops)
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

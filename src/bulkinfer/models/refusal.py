@@ -1,7 +1,7 @@
 """Why a checkpoint bulkinfer cannot run is refused, read from config.json alone, before any weight loads.
 
-A user who brings an unsupported model should learn in one line whether the model can never run on a paged
-KV cache (encoder-decoder, no causal LM head, recurrent state) or merely has no code here yet.
+A user who brings an unsupported model should learn in one line why: an encoder-decoder, no causal LM head,
+recurrent state beside the KV cache, or modeling code that only the checkpoint itself carries.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ _RECURRENT_MODEL_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "zamba", "zamba2",
                           "nemotron_h", "granitemoehybrid", "qwen3_next", "lfm2", "recurrent_gemma", "xlstm")
 
 
-def refusal_reason(hf: dict) -> str:
-    """The reason a model bulkinfer has no code for cannot run, most fundamental first."""
+def refusal_reason(hf: dict) -> str | None:
+    """Why a model cannot run on a paged KV cache at all, most fundamental first; None if it may."""
     names = hf.get("architectures") or []
     if hf.get("is_encoder_decoder"):
         return "an encoder-decoder model (bulkinfer runs decoder-only causal LMs)"
@@ -23,7 +23,7 @@ def refusal_reason(hf: dict) -> str:
         return "hybrid recurrent layers (Mamba or linear attention) need state beyond a KV cache"
     if hf.get("auto_map"):
         return "remote code (its own modeling files), which bulkinfer does not run"
-    return "no implementation in bulkinfer"
+    return None
 
 
 def _is_causal_lm(name: str) -> bool:

@@ -102,7 +102,7 @@ class LocalExecutor:
         except ModelNotFoundError as exc:
             raise UsageError(str(exc)) from None
         try:
-            resolve(config.engine, read_config(path)[0])
+            resolve(config.engine, read_config(path, config.engine.model_impl)[0])
         except (ValueError, KeyError) as exc:  # an architecture we cannot run, a bad option for this model
             raise UsageError(f"cannot load {config.model}: {exc}") from None
 

@@ -1,0 +1,109 @@
+"""bulkinfer's paged attention, registered as an attention implementation of transformers.
+
+A step's batch reaches the model as one row of every sequence's new tokens, ``[1, T]``, with each
+token's position and no attention mask: which keys a token sees is the paged cache's business, read
+from the step's metadata. That metadata travels in a context variable rather than as a keyword
+argument, because not every model passes its keyword arguments down to attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.ops import KernelOps
+
+ATTENTION_NAME = "bulkinfer_paged"
+
+
+class UnsupportedAttentionError(ValueError):
+    """A model's attention needs something the paged kernels do not do."""
+
+
+@dataclass
+class LayerCache:
+    """One attention layer's KV blocks, bound by the model runner once the pool exists."""
+
+    kv_heads: int
+    head_dim: int
+    k_cache: torch.Tensor = field(default_factory=lambda: torch.empty(0))
+    v_cache: torch.Tensor = field(default_factory=lambda: torch.empty(0))
+
+
+@dataclass
+class Step:
+    attn: AttentionMetadata
+    ops: KernelOps
+    caches: dict[int, LayerCache]  # by the attention module's layer_idx
+    probing: bool = False  # a first step on the loaded model: caches made on demand, layers checked
+    layers_seen: list[int] = field(default_factory=list)
+
+
+_STEP: ContextVar[Step | None] = ContextVar("bulkinfer_attention_step", default=None)
+
+
+@contextlib.contextmanager
+def running(step: Step) -> Iterator[Step]:
+    token = _STEP.set(step)
+    try:
+        yield step
+    finally:
+        _STEP.reset(token)
+
+
+def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: torch.Tensor | None, scaling: float | None = None,
+                            sliding_window: int | None = None, softcap: float | None = None,
+                            **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' attention contract: query [1, heads, T, dim], key/value [1, kv_heads, T, dim] of
+    the new tokens, positions applied; returns [1, T, heads, dim]."""
+    step = _STEP.get()
+    if step is None:
+        raise RuntimeError("bulkinfer's paged attention runs inside a bulkinfer engine step only")
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, dim], views
+    if step.probing:
+        check_supported(module, k, v, kwargs)
+        step.layers_seen.append(module.layer_idx)
+        step.caches.setdefault(module.layer_idx, probe_cache(k))
+    cache = step.caches[module.layer_idx]
+    attn = step.attn
+    step.ops.store_kv(k, v, cache.k_cache, cache.v_cache, attn.slot_mapping)
+    out = step.ops.paged_attention(
+        q, cache.k_cache, cache.v_cache, attn.query_start_loc, attn.seq_lens, attn.block_tables,
+        scaling if scaling is not None else q.shape[-1] ** -0.5, max_query_len=attn.max_query_len,
+        max_seq_len=attn.max_seq_len, min_query_len=attn.min_query_len, sliding_window=sliding_window or 0,
+        softcap=softcap or 0.0)
+    return out[None], None
+
+
+def check_supported(module: nn.Module, key: torch.Tensor, value: torch.Tensor, kwargs: dict) -> None:
+    if getattr(module, "layer_idx", None) is None:
+        raise UnsupportedAttentionError(f"its attention module {type(module).__name__} has no layer_idx")
+    if key.shape != value.shape:
+        raise UnsupportedAttentionError(f"keys {tuple(key.shape[1:])} and values {tuple(value.shape[1:])} differ "
+                                        "in size (e.g. multi-head latent attention)")
+    if kwargs.get("s_aux") is not None:
+        raise UnsupportedAttentionError("attention sinks (s_aux) are not implemented in the paged kernels")
+    if not getattr(module, "is_causal", True):
+        raise UnsupportedAttentionError("its attention is bidirectional, not causal")
+
+
+def probe_cache(key: torch.Tensor) -> LayerCache:
+    """A one-block cache for a probe step's tokens, shaped like the layer's keys."""
+    tokens, kv_heads, head_dim = key.shape
+    cache = LayerCache(kv_heads, head_dim, key.new_zeros(1, tokens, kv_heads, head_dim))
+    cache.v_cache = torch.zeros_like(cache.k_cache)
+    return cache
+
+
+def register() -> None:
+    """Make ``attn_implementation="bulkinfer_paged"`` known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
