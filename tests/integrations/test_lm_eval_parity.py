@@ -25,7 +25,7 @@ MAX_LENGTH = 64  # small, so long texts need several rolling windows and long pr
 MODELS = {"llama": "native", "gemma3_text": "transformers", "granite": "transformers"}
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
+@pytest.fixture(scope="module", params=["llama", "granite", pytest.param("gemma3_text", marks=pytest.mark.slow)])
 def model(request, checkpoint_factory) -> tuple[Path, str]:
     return checkpoint_factory(request.param), MODELS[request.param]
 
