@@ -23,6 +23,11 @@ each sequence's ``q_len``, so the host never reads the lengths:
   (flash-decoding) when the launcher splits the keys;
 - prefill/extend rows (``q_len > 1``): flash attention over tiles of ``BLOCK_Q`` new tokens times
   the query group, reading the paged prefix and the new tokens' own keys, causally.
+
+Both kernels honour the two variants: the window's edge is masked like the causal diagonal, and
+key slices wholly before a tile's window are never read, so with a window a token costs O(window);
+the cap is a tanh written with exp2. Whether each is on is a constexpr (HAS_WINDOW, SOFTCAP), so
+plain attention compiles as before; their values are runtime arguments.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def paged_attention_ref(
     q_lens = [end - start for start, end in zip(starts, starts[1:])]
     out = torch.empty_like(query)
     variant = AttentionVariant(sliding_window, softcap)
-    decode = decode_ref if decode is None or variant.active else decode
+    decode = decode or decode_ref
     for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
         rows = torch.tensor([starts[i] for i in group], device=query.device)
         out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
@@ -161,15 +166,15 @@ _MAX_SPLITS = 16
 
 
 @jit
-def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, scale_log2,
+def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, window, qk_scale, cap,
             cache_stride_b, cache_stride_t, dims,
             HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-            MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+            MASKED: tl.constexpr, HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Folds keys ``start .. start + BLOCK_N`` into the running base-2 softmax (m, l, acc) of q's rows.
 
     k_ptr / v_ptr point at this KV head in block 0; keys are gathered token by token through the
     block table, so BLOCK_N and the cache's block size are independent. Without MASKED every key of
-    the slice must be below kv_end and visible to every row.
+    the slice must be below kv_end and visible to every row (causally and within the window).
     """
     pos = start + tl.arange(0, BLOCK_N)
     in_range = pos < kv_end
@@ -177,25 +182,59 @@ def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, scale_l
     rows = (blocks * cache_stride_b + (pos % BLOCK_SIZE) * cache_stride_t)[:, None] + dims[None, :]
     kv_mask = in_range[:, None] & (dims < HEAD_DIM)[None, :]
     k = tl.load(k_ptr + rows, mask=kv_mask, other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    if SOFTCAP:  # cap * tanh(s), tanh(x) = 1 - 2 / (e^2x + 1): saturates to +-1 without overflow
+        s = cap * (1.0 - 2.0 / (tl.exp2(s * (2.0 * 1.4426950408889634)) + 1.0))
     if MASKED:
-        s = tl.where((pos[None, :] <= q_pos[:, None]) & in_range[None, :], s, float("-inf"))
+        visible = (pos[None, :] <= q_pos[:, None]) & in_range[None, :]
+        if HAS_WINDOW:
+            visible &= pos[None, :] > q_pos[:, None] - window
+        s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
-    alpha = tl.exp2(m - m_new)
+    shift = m_new
+    if HAS_WINDOW:  # a row may have seen no key yet (all before its window): m = -inf, shifted by 0, weighs 0
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(s - shift[:, None])
+    alpha = tl.exp2(m - shift)
     v = tl.load(v_ptr + rows, mask=kv_mask, other=0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l * alpha + tl.sum(p, 1), acc
 
 
-@jit(do_not_specialize=("num_splits", "table_stride"))
+@jit
+def _attend_keys(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, head_end, full_end, kv_end, q_pos, window,
+                 qk_scale, cap, cache_stride_b, cache_stride_t, dims,
+                 HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Keys ``start .. kv_end`` in BLOCK_N slices: masked before ``head_end`` (the slices the window's
+    edge cuts) and from ``full_end`` (the causal diagonal, the last partial slice), unmasked between.
+    Without a window the first loop is not compiled (head_end == start): plain attention keeps the
+    registers it had before windows existed."""
+    if HAS_WINDOW:
+        for first in range(start, head_end, BLOCK_N):
+            m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
+                                cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, True,
+                                SOFTCAP, DOT_PRECISION)
+    for first in range(head_end, full_end, BLOCK_N):
+        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
+                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, HAS_WINDOW,
+                            SOFTCAP, DOT_PRECISION)
+    for first in range(full_end, kv_end, BLOCK_N):
+        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
+                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, HAS_WINDOW,
+                            SOFTCAP, DOT_PRECISION)
+    return m, l, acc
+
+
+@jit(do_not_specialize=("num_splits", "table_stride", "window"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_heads, group, num_splits, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    num_heads, group, num_splits, window, qk_scale, cap, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
-    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -204,11 +243,17 @@ def _decode_kernel(
     if tl.load(query_start_loc_ptr + seq + 1) - token != 1:
         return  # not a decode row: the extend kernel's
     seq_len = tl.load(seq_lens_ptr + seq)
-    # Each split takes a whole number of BLOCK_N slices of this sequence's own keys.
-    per_split = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    kv_start = split * per_split
+    # The splits share the window's keys, from the slice holding its first key, in whole BLOCK_N slices.
+    base = 0
+    if HAS_WINDOW:
+        base = tl.maximum(seq_len - window, 0) // BLOCK_N * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(seq_len - base, num_splits), BLOCK_N) * BLOCK_N
+    kv_start = base + split * per_split
     kv_end = tl.minimum(kv_start + per_split, seq_len)
-    full_end = kv_start + tl.maximum(kv_end - kv_start, 0) // BLOCK_N * BLOCK_N
+    head_end = kv_start
+    if HAS_WINDOW:  # past the slice that holds the window's first key, if this split has it
+        head_end = tl.minimum(tl.maximum(tl.cdiv(seq_len - window, BLOCK_N) * BLOCK_N, kv_start), kv_end)
+    full_end = head_end + tl.maximum(kv_end - head_end, 0) // BLOCK_N * BLOCK_N
 
     group_rows = tl.arange(0, BLOCK_H)  # the query heads that share this KV head, padded to a dot's 16
     heads = kv_head * group + group_rows
@@ -216,22 +261,13 @@ def _decode_kernel(
     row_mask = (group_rows < group)[:, None] & (dims < HEAD_DIM)[None, :]
     q = tl.load(q_ptr + token.to(tl.int64) * q_stride_t + heads[:, None] * q_stride_h + dims[None, :],
                 mask=row_mask, other=0.0)
-    q_pos = tl.zeros([BLOCK_H], tl.int32) + seq_len - 1
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    k_ptr = k_cache_ptr + kv_head * cache_stride_h
-    v_ptr = v_cache_ptr + kv_head * cache_stride_h
-    table = block_tables_ptr + seq.to(tl.int64) * table_stride
-    for start in range(kv_start, full_end, BLOCK_N):
-        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
-                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False,
-                            DOT_PRECISION)
-    for start in range(full_end, kv_end, BLOCK_N):  # the split's last, partial slice, if any
-        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
-                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
-                            DOT_PRECISION)
-
+    m, l, acc = _attend_keys(q, m, tl.zeros([BLOCK_H], tl.float32), tl.zeros([BLOCK_H, BLOCK_D], tl.float32),
+                             k_cache_ptr + kv_head * cache_stride_h, v_cache_ptr + kv_head * cache_stride_h,
+                             block_tables_ptr + seq.to(tl.int64) * table_stride, kv_start, head_end, full_end,
+                             kv_end, tl.zeros([BLOCK_H], tl.int32) + seq_len - 1, window, qk_scale, cap,
+                             cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, HAS_WINDOW,
+                             SOFTCAP, DOT_PRECISION)
     if SPLIT:
         # An empty split (a short sequence in a long batch) stores lse = -inf and zeros: it weighs nothing.
         part = (seq.to(tl.int64) * num_heads + heads) * num_splits + split
@@ -281,12 +317,13 @@ def _tile_owner(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
     return lo
 
 
-@jit(do_not_specialize=("num_seqs", "table_stride"))
+@jit(do_not_specialize=("num_seqs", "table_stride", "window"))
 def _extend_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_seqs, group, scale_log2, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    num_seqs, group, window, qk_scale, cap, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
-    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
     GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DECODE_ROWS: tl.constexpr,
 ):
@@ -309,24 +346,25 @@ def _extend_kernel(
     row_mask = ((tokens < q_end) & (rows % GROUP_PAD < group))[:, None] & (dims < HEAD_DIM)[None, :]
     q = tl.load(q_ptr + tokens.to(tl.int64)[:, None] * q_stride_t + heads[:, None] * q_stride_h + dims[None, :],
                 mask=row_mask, other=0.0)
-    q_pos = context + tokens - q_start
     first_pos = context + first - q_start
     kv_end = tl.minimum(seq_len, first_pos + BLOCK_Q)  # past the tile's last token nothing is visible
-    full_end = first_pos // BLOCK_N * BLOCK_N  # keys before the tile's first token: visible to all rows
-    m = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
-    acc = tl.zeros([BLOCK_Q * GROUP_PAD, BLOCK_D], tl.float32)
-    k_ptr = k_cache_ptr + kv_head * cache_stride_h
-    v_ptr = v_cache_ptr + kv_head * cache_stride_h
-    table = block_tables_ptr + seq.to(tl.int64) * table_stride
-    for start in range(0, full_end, BLOCK_N):
-        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
-                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False,
-                            DOT_PRECISION)
-    for start in range(full_end, kv_end, BLOCK_N):  # the causal diagonal
-        m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table, start, kv_end, q_pos, scale_log2,
-                            cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
-                            DOT_PRECISION)
+    # Keys before the first row's window are skipped; those before the last row's (kv_end - 1) are
+    # masked; then keys before the tile's first token are visible to all rows; the diagonal is masked.
+    full_end = first_pos // BLOCK_N * BLOCK_N
+    start = 0
+    head_end = 0
+    if HAS_WINDOW:
+        start = tl.maximum(first_pos + 1 - window, 0) // BLOCK_N * BLOCK_N
+        head_end = tl.minimum(tl.cdiv(tl.maximum(kv_end - window, 0), BLOCK_N) * BLOCK_N, full_end)
+    _, l, acc = _attend_keys(q, tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32),
+                             tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32),
+                             tl.zeros([BLOCK_Q * GROUP_PAD, BLOCK_D], tl.float32),
+                             k_cache_ptr + kv_head * cache_stride_h, v_cache_ptr + kv_head * cache_stride_h,
+                             block_tables_ptr + seq.to(tl.int64) * table_stride, start, head_end, full_end, kv_end,
+                             context + tokens - q_start, window, qk_scale, cap, cache_stride_b, cache_stride_t, dims,
+                             HEAD_DIM, BLOCK_SIZE, BLOCK_N, HAS_WINDOW, SOFTCAP, DOT_PRECISION)
+    if HAS_WINDOW:  # padding rows past the sequence's last token may see no key
+        l = tl.where(l > 0, l, 1.0)
     out = acc / l[:, None]
     tl.store(out_ptr + tokens.to(tl.int64)[:, None] * out_stride_t + heads[:, None] * out_stride_h + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_mask)
@@ -404,6 +442,8 @@ def paged_attention_triton(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     min_query_len: int | None = None,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
     num_splits: int | None = None,
     batch_invariant: bool = False,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
@@ -413,10 +453,12 @@ def paged_attention_triton(
     ``min_query_len > 1`` the decode launch, and ``max_seq_len`` (default: the block table's capacity) sizes the split count. ``num_splits``
     overrides :func:`choose_num_splits`. With ``batch_invariant`` every row, decode rows too, runs
     through the extend kernel, whose result for a token depends on its own sequence alone: keys
-    are folded in BLOCK_N slices from position 0 whatever the batch, the chunk or the split count.
+    are folded in BLOCK_N slices from the window's first slice whatever the batch, the chunk or the
+    split count. With a sliding window both kernels skip the key slices wholly before it, so a
+    token's attention costs O(window), not O(seq_len); the split count is sized for the window.
 
     Decode grid ``(num_seqs, num_kv_heads, num_splits)``: a sequence, one of its KV heads, one
-    slice of its keys. Memory: each key and value of a decode sequence is read once per KV head
+    slice of its (windowed) keys. Memory: each key and value of a decode sequence is read once per KV head
     (not once per query head); with splits, fp32 partial outputs ``[num_seqs, num_heads, splits,
     head_dim]`` are written and read back by the merge grid ``(num_seqs, num_heads)``.
 
@@ -431,15 +473,15 @@ def paged_attention_triton(
     out = torch.empty_like(query)
     run_all(attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale,
                                device_target(query.device), max_query_len=max_query_len,
-                               max_seq_len=max_seq_len, min_query_len=min_query_len, num_splits=num_splits,
-                               batch_invariant=batch_invariant))
+                               max_seq_len=max_seq_len, min_query_len=min_query_len, sliding_window=sliding_window,
+                               softcap=softcap, num_splits=num_splits, batch_invariant=batch_invariant))
     return out
 
 
 def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale: float,
                        target: KernelTarget, *, max_query_len: int | None = None, max_seq_len: int | None = None,
-                       min_query_len: int | None = None, num_splits: int | None = None,
-                       batch_invariant: bool = False) -> list[Launch]:
+                       min_query_len: int | None = None, sliding_window: int = 0, softcap: float = 0.0,
+                       num_splits: int | None = None, batch_invariant: bool = False) -> list[Launch]:
     """The launches that compute ``out``, for ``target``; allocates the split buffers, runs nothing."""
     num_tokens, num_heads, head_dim = query.shape
     num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
@@ -447,9 +489,10 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
         return []
     tiles = attention_tiles(head_dim, query.dtype, target)
     args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
-    strides = (scale * _LOG2_E, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-               k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
+    strides = (*_score_args(scale, sliding_window, softcap), query.stride(0), query.stride(1), out.stride(0),
+               out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
     shape = {"HEAD_DIM": head_dim, "BLOCK_SIZE": block_size, "BLOCK_N": tiles.block_n,
+             "HAS_WINDOW": sliding_window > 0, "SOFTCAP": softcap > 0,
              "BLOCK_D": next_power_of_2(head_dim), "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32"}
     group = num_heads // num_kv_heads
     launches = []
@@ -464,6 +507,7 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
         return launches
     if num_splits is None:
         bound = max_seq_len if max_seq_len is not None else block_tables.shape[1] * block_size
+        bound = min(bound, sliding_window + tiles.block_n) if sliding_window else bound  # the keys a row reads
         num_splits = choose_num_splits(num_seqs, num_kv_heads, bound, target)
     parts = lse = out  # placeholders: an unsplit launch writes the output directly
     if num_splits > 1:
@@ -478,6 +522,16 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
                                (parts, lse, out, query_start_loc, num_splits, out.stride(0), out.stride(1)),
                                {"HEAD_DIM": head_dim, "BLOCK_SPLITS": _MAX_SPLITS, "BLOCK_D": shape["BLOCK_D"]}))
     return launches
+
+
+def _score_args(scale: float, sliding_window: int, softcap: float) -> tuple[int, float, float]:
+    """The kernels' (window, qk_scale, cap), the last two turning q.k into base-2 softmax scores:
+    ``s * qk_scale``, or with a cap ``cap * tanh(s * qk_scale)``."""
+    if sliding_window < 0 or softcap < 0:
+        raise ValueError(f"sliding_window ({sliding_window}) and softcap ({softcap}) must be >= 0 (0: off)")
+    if softcap:
+        return sliding_window, scale / softcap, softcap * _LOG2_E
+    return sliding_window, scale * _LOG2_E, 0.0
 
 
 def _check_inputs(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

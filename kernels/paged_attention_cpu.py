@@ -11,6 +11,9 @@ The reference's length groups stay (padding costs arithmetic here, if no longer 
 costs about 20 s the first time on a machine (then it is cached on disk: about 3 s per process), so
 groups too small for the copy to matter keep the reference; and a machine where Inductor cannot
 compile (no C++ compiler) keeps it too, after one warning.
+
+A sliding window and a soft-cap (see paged_attention.py) are part of the compiled kernel, one
+compile per distinct pair; keys before a window are masked rather than skipped (they cost reads).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ MIN_KEYS = 4096  # sequences x padded length below which the reference's copy is
 
 
 def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-            seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+            seq_lens: torch.Tensor, scale: float, sliding_window: int = 0, softcap: float = 0.0) -> torch.Tensor:
     # q: [batch, heads, dim]; caches: [num_blocks, block_size, kv_heads, dim]; block_tables: [batch, blocks].
     # Keys keep their (block, slot) coordinates and only the batch and block counts are symbolic: a
     # flat position over symbolic sizes cost the compiled loops integer divisions per key (1.9x slower).
@@ -38,9 +41,14 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block
     q = q.float().view(batch, 1, 1, kv_heads, heads // kv_heads, dim)  # a query group per KV head
     k = k_cache[blocks].float()[..., None, :]  # [batch, blocks, block_size, kv_heads, 1, dim]: fused, not copied
     scores = (q * k).sum(-1) * scale  # [batch, blocks, block_size, kv_heads, group]
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
     slots = torch.arange(block_size, device=q.device)
     pos = torch.arange(blocks.shape[1], device=q.device)[:, None] * block_size + slots  # [blocks, block_size]
-    scores = scores.masked_fill((pos >= seq_lens[:, None, None])[..., None, None], float("-inf"))
+    hidden = pos >= seq_lens[:, None, None]  # [batch, blocks, block_size]
+    if sliding_window:  # masked, not skipped: the window's keys are a suffix of every row's blocks
+        hidden |= pos < seq_lens[:, None, None] - sliding_window
+    scores = scores.masked_fill(hidden[..., None, None], float("-inf"))
     weights = (scores - scores.amax((1, 2), keepdim=True)).exp()
     v = v_cache[blocks].float()[..., None, :]
     out = (weights[..., None] * v).sum((1, 2)) / weights.sum((1, 2))[..., None]
@@ -54,30 +62,30 @@ def _compiled():
     return torch.compile(_attend)
 
 
-def attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
-    """``decode_ref``'s contract, always through the compiled kernel."""
+def attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0):
+    """``decode_ref``'s contract, always through the compiled kernel (one compile per window and cap)."""
     tables = block_tables[:, :-(-max_len // k_cache.shape[1])].contiguous()
     for tensor in (q, tables, seq_lens, k_cache, v_cache):
         torch._dynamo.maybe_mark_dynamic(tensor, 0)
     torch._dynamo.maybe_mark_dynamic(tables, 1)
-    return _compiled()(q, k_cache, v_cache, tables, seq_lens, scale).to(q.dtype)
+    return _compiled()(q, k_cache, v_cache, tables, seq_lens, scale, sliding_window, softcap).to(q.dtype)
 
 
 _broken = False  # set when Inductor cannot compile here
 
 
-def decode_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale):
+def decode_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, **variant):
     """``decode_ref``'s contract: [batch, heads, dim] attention of one query per sequence."""
     global _broken
     if _broken or q.shape[0] * max_len < MIN_KEYS:
-        return decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale)
+        return decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, **variant)
     try:
-        return attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale)
+        return attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, **variant)
     except Exception as exc:  # Inductor raises many kinds; the reference computes the same thing
         _broken = True
         logger.warning("compiled CPU decode attention is unavailable, using the reference: %s",
                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        return decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale)
+        return decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, **variant)
 
 
 paged_attention_cpu = functools.partial(paged_attention_ref, decode=decode_compiled)

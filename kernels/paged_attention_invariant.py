@@ -11,6 +11,11 @@ kernel by the batch's size as well as the matrices'), so a token gets the same a
 same order whether it is prefilled alone, in a chunk, in a mixed batch or after a preemption;
 blocks past a token's position are fully masked and add exact zeros. A decode row costs a padded
 tile of TILE rows: deterministic mode is several times slower on the CPU (docs/benchmarks.md).
+
+A sliding window and a soft-cap (see paged_attention.py) change only the mask and the scores. With
+a window, each call starts at the first block any of its tiles' windows reaches: blocks before a
+token's own window are fully masked for it and add exact zeros, so where the fold starts does not
+change its bits.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ def paged_attention_invariant(
     seq_lens: torch.Tensor,  # [num_seqs] int32
     block_tables: torch.Tensor,  # [num_seqs, max_blocks] int32
     scale: float,
+    *,
+    sliding_window: int = 0,
+    softcap: float = 0.0,
     **hints,  # the launch hints of paged_attention_ref; nothing here depends on them
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     num_tokens, num_heads, head_dim = query.shape
@@ -42,14 +50,17 @@ def paged_attention_invariant(
     positions_t = torch.tensor(positions, device=device)  # [tiles, TILE]: each row's position
     tables = block_tables.long()[torch.tensor(tile_seqs, device=device)]  # [tiles, max_blocks]
     blocks = (seq_lens.long()[torch.tensor(tile_seqs, device=device)] + block_size - 1) // block_size
+    first_blocks = torch.zeros_like(blocks)  # where each tile's fold may start: its first row's window
+    if sliding_window:
+        first_blocks = (positions_t[:, 0] + 1 - sliding_window).clamp(min=0) // block_size
     padded = torch.cat([query.float(), query.new_zeros(1, num_heads, head_dim, dtype=torch.float32)])
     # [tiles, kv_heads, TILE * group, dim]: rows are (token, head of the group), token-major.
     q = padded[rows_t].view(-1, TILE, kv_heads, group, head_dim).permute(0, 2, 1, 3, 4).reshape(
         -1, kv_heads, TILE * group, head_dim)
     row_positions = positions_t.repeat_interleave(group, dim=1)[:, None, :, None]  # [tiles, 1, TILE*group, 1]
-    out = torch.cat([_fold(q[i:i + TILES_PER_CALL], row_positions[i:i + TILES_PER_CALL],
-                           tables[i:i + TILES_PER_CALL], int(blocks[i:i + TILES_PER_CALL].max()), k_cache, v_cache,
-                           scale) for i in range(0, q.shape[0], TILES_PER_CALL)])
+    calls = [slice(i, i + TILES_PER_CALL) for i in range(0, q.shape[0], TILES_PER_CALL)]
+    out = torch.cat([_fold(q[c], row_positions[c], tables[c], range(int(first_blocks[c].min()), int(blocks[c].max())),
+                           k_cache, v_cache, scale, sliding_window, softcap) for c in calls])
     out = out.view(-1, kv_heads, TILE, group, head_dim).permute(0, 2, 1, 3, 4).reshape(-1, num_heads, head_dim)
     result = torch.empty_like(query)
     real = rows_t.view(-1) < num_tokens
@@ -57,8 +68,9 @@ def paged_attention_invariant(
     return result
 
 
-def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, num_blocks: int,
-          k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
+def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, blocks: range,
+          k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, sliding_window: int = 0,
+          softcap: float = 0.0) -> torch.Tensor:
     """Attention of up to TILES_PER_CALL tiles, padded to exactly that many: every batched matmul
     then has one shape, and CPU BLAS picks its kernel by the batch's size too."""
     count = q.shape[0]
@@ -72,14 +84,21 @@ def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, nu
     l = torch.zeros_like(m)
     acc = torch.zeros_like(q)
     slots = torch.arange(block_size, device=q.device)
-    for block in range(num_blocks):
+    for block in blocks:
         ids = tables[:, block]
         k = k_cache[ids].float().permute(0, 2, 3, 1).contiguous()  # [tiles, kv_heads, dim, block_size]
         scores = torch.matmul(q, k) * scale  # [tiles, kv_heads, TILE * group, block_size]
-        scores = scores.masked_fill(block * block_size + slots > row_positions, float("-inf"))
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        hidden = block * block_size + slots > row_positions
+        if sliding_window:
+            hidden |= block * block_size + slots <= row_positions - sliding_window
+        scores = scores.masked_fill(hidden, float("-inf"))
         m_new = torch.maximum(m, scores.amax(-1))
-        p = (scores - m_new[..., None]).exp()
-        alpha = (m - m_new).exp()
+        # A row whose window starts past this block has seen no key (m = -inf): shifted by 0 it adds zeros.
+        shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
+        p = (scores - shift[..., None]).exp()
+        alpha = (m - shift).exp()
         v = v_cache[ids].float().permute(0, 2, 1, 3).contiguous()  # [tiles, kv_heads, block_size, dim]
         l = l * alpha + p.sum(-1)
         acc = acc * alpha[..., None] + torch.matmul(p, v)

@@ -80,22 +80,26 @@ def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_fa
     assert run(path, batch, max_num_batched_tokens=24) == alone
 
 
-def test_invariant_attention_matches_the_reference():
+VARIANTS = [{}, {"sliding_window": 5}, {"sliding_window": 40}, {"softcap": 3.0}, {"sliding_window": 7, "softcap": 2.0}]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}{v[k]}" for k in v) or "plain")
+def test_invariant_attention_matches_the_reference(variant):
     rows = [(1, 17), (9, 9), (1, 1), (4, 33), (1, 64), (20, 45)]
     batch = make_batch(rows, 8, 2, 64, torch.float32, block_size=16, seed=2)
-    torch.testing.assert_close(paged_attention_invariant(**batch), paged_attention_ref(**batch),
+    torch.testing.assert_close(paged_attention_invariant(**batch, **variant), paged_attention_ref(**batch, **variant),
                                atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("head_dim", [16, 64])
-def test_invariant_attention_per_sequence_is_independent_of_the_batch(head_dim):
+@pytest.mark.parametrize("head_dim,variant", [(16, {}), (64, {}), (64, {"sliding_window": 9, "softcap": 2.0})])
+def test_invariant_attention_per_sequence_is_independent_of_the_batch(head_dim, variant):
     # Decode rows, a long prefill and short ones: more tiles than one batched matmul takes.
     rows = [(1, n) for n in (23, 61, 40, 110, 14, 75, 52, 98)] + [(20, 45), (3, 3), (140, 140)]
     batch = make_batch(rows, 4, 2, head_dim, torch.float32, block_size=8, seed=2)
-    together = paged_attention_invariant(**batch)
+    together = paged_attention_invariant(**batch, **variant)
     starts = batch["query_start_loc"].tolist()
     for i, (q_len, _) in enumerate(rows):
         alone = dict(batch, query=batch["query"][starts[i]:starts[i + 1]],
                      query_start_loc=torch.tensor([0, q_len], dtype=torch.int32),
                      seq_lens=batch["seq_lens"][i:i + 1], block_tables=batch["block_tables"][i:i + 1])
-        assert torch.equal(paged_attention_invariant(**alone), together[starts[i]:starts[i + 1]])
+        assert torch.equal(paged_attention_invariant(**alone, **variant), together[starts[i]:starts[i + 1]])

@@ -47,8 +47,15 @@ def check_report(report: dict, targets) -> None:
         assert variant["num_warps"] >= 1 and variant["num_stages"] >= 1 and variant["shapes"]
 
 
+def attention_flags(report: dict) -> set:
+    return {(v["constexprs"]["HAS_WINDOW"], v["constexprs"]["SOFTCAP"]) for v in report["kernels"]
+            if v["kernel"] in ("_extend_kernel", "_decode_kernel")}
+
+
 def test_quick_matrix_compiles(tmp_path):
-    check_report(run_check(tmp_path / "kernels.json", "--jobs", "1"), QUICK.targets)
+    report = run_check(tmp_path / "kernels.json", "--jobs", "1")
+    check_report(report, QUICK.targets)
+    assert attention_flags(report) == {(False, False), (True, True)}  # plain, and windowed with a cap
 
 
 @pytest.mark.slow
@@ -57,6 +64,7 @@ def test_full_matrix_compiles(tmp_path):
     jobs = str(max(1, (os.cpu_count() or 1)))
     report = run_check(tmp_path / "kernels.json", "--full", "--jobs", jobs)
     check_report(report, FULL.targets)
+    assert attention_flags(report) == {(False, False), (True, False), (False, True), (True, True)}
     # Every shape of the matrix reached every check (a variant lists the shapes that compile to it).
     shapes = {label for v in report["kernels"] for label in v["shapes"]}
     assert len(shapes) == len(FULL.head_dims) * len(FULL.groups) * len(FULL.block_sizes) * len(FULL.dtypes)
@@ -103,14 +111,21 @@ for num_seqs in (1, 2, 16, 17):
             launches = attention_launches(q, cache, cache, torch.empty_like(q), *meta, 0.1, KNOWN_TARGETS["sm_90"],
                                           num_splits=num_splits)
             keys |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
-print(len(keys))
+windowed = set()
+for window in (1, 16, 17, 4096):
+    for num_splits in (1, 4):
+        launches = attention_launches(q, cache, cache, torch.empty_like(q), *meta, 0.1, KNOWN_TARGETS["sm_90"],
+                                      num_splits=num_splits, sliding_window=window, softcap=float(window))
+        windowed |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
+print(len(keys), len(windowed))
 """
 
 
 def test_new_batch_shapes_compile_nothing_new():
-    # Sequence counts, block-table widths and split counts change every step; none may select a
-    # new compiled variant (extend, unsplit decode, split decode, merge: 4 in all).
+    # Sequence counts, block-table widths and split counts change every step, and window sizes and
+    # caps from layer to layer; none may select a new compiled variant (extend, unsplit decode,
+    # split decode, merge: 4 in all, with or without a window and a cap).
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _BIND_SCRIPT], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-1] == "4"
+    assert done.stdout.split()[-2:] == ["4", "4"]

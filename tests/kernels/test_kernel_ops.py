@@ -1,4 +1,5 @@
-"""The Triton KernelOps: chosen by resolve_ops, and a clear error where Triton cannot run."""
+"""The Triton KernelOps: chosen by resolve_ops, and a clear error where Triton cannot run; every
+KernelOps' attention honours a sliding window and a soft-cap."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from kernel_testing import DEVICE
+from kernel_testing import DEVICE, assert_close, make_batch
 
 
 def test_resolve_ops_gives_the_triton_kernels():
@@ -59,3 +60,21 @@ def test_triton_on_cpu_without_the_interpreter_says_how():
     result = _run(code, None)
     assert result.returncode == 0, result.stderr
     assert "TRITON_INTERPRET=1" in result.stdout
+
+
+@pytest.mark.parametrize("backend,batch_invariant", [("torch", False), ("auto", False), ("auto", True),
+                                                     ("triton", False), ("triton", True)])
+def test_every_kernel_set_honours_a_window_and_a_cap(backend, batch_invariant):
+    if backend == "triton":
+        pytest.importorskip("triton")
+    from bulkinfer.kernels.paged_attention import paged_attention_ref
+    from bulkinfer.layers.ops import resolve_ops
+
+    ops = resolve_ops(backend, DEVICE, batch_invariant=batch_invariant)
+    batch = make_batch([(1, 40), (6, 6), (5, 30)], 4, 2, 64, torch.float32, seed=9)
+    args = [batch[name] for name in ("query", "k_cache", "v_cache", "query_start_loc", "seq_lens", "block_tables",
+                                     "scale")]
+    actual = ops.paged_attention(*args, max_query_len=6, max_seq_len=40, min_query_len=1, sliding_window=9,
+                                 softcap=2.0)
+    assert_close(actual, paged_attention_ref(*args, sliding_window=9, softcap=2.0))
+    assert not torch.allclose(actual, paged_attention_ref(*args))

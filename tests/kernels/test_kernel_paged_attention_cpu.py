@@ -28,6 +28,16 @@ def test_compiled_decode_equals_the_reference(num_heads, num_kv_heads):
         torch.testing.assert_close(attend_compiled(*args), decode_ref(*args), atol=1e-5, rtol=1e-5)
 
 
+def test_compiled_decode_honours_a_window_and_a_cap():
+    # One compile for the pair; windows inside and across blocks, and wider than the short contexts.
+    batch = make_batch([(1, n) for n in LENGTHS], 8, 2, 64, torch.float32)
+    args = (batch["query"], batch["k_cache"], batch["v_cache"], batch["block_tables"], batch["seq_lens"],
+            max(LENGTHS), batch["scale"])
+    with torch.inference_mode():
+        torch.testing.assert_close(attend_compiled(*args, sliding_window=20, softcap=2.0),
+                                   decode_ref(*args, sliding_window=20, softcap=2.0), atol=1e-5, rtol=1e-5)
+
+
 PROMPTS = [[5 + i, 6, 7] * (60 + 3 * i) for i in range(24)]  # 24 decode rows of ~200 keys: compiled
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=2)
 

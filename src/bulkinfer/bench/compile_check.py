@@ -13,8 +13,8 @@ attention kernels, on any spill to local memory. The report (``--out``) lists re
 shared memory, warps and stages per kernel variant and target.
 
 Adding a kernel: one ``KernelCheck`` entry in ``CHECKS`` whose function returns the launches its
-launcher decides for a ``Shape`` on a target. Adding a kernel option (a constexpr such as a
-sliding window or a softcap): its launches in the kernel's case function, one more loop there.
+launcher decides for a ``Shape`` on a target. Adding a kernel option (a constexpr such as the
+attention's sliding window or softcap flags): its launches in the kernel's case function.
 
 Usage: python -m bulkinfer.bench.compile_check [--full] [--targets sm_80,sm_90] [--out PATH] [--jobs N]
 (TRITON_INTERPRET must be unset: interpreted kernels cannot be compiled.)
@@ -57,6 +57,7 @@ class Shape:
     group: int  # query heads per KV head
     block_size: int  # tokens per KV-cache block
     dtype: torch.dtype
+    attention_variants: tuple[tuple[int, float], ...] = ((0, 0.0),)  # (sliding_window, softcap) pairs
 
     @property
     def label(self) -> str:
@@ -70,20 +71,26 @@ class Matrix:
     groups: tuple[int, ...]
     block_sizes: tuple[int, ...]
     dtypes: tuple[torch.dtype, ...]
+    # Sliding window and soft-cap on and off, at the head sizes of the models that use them
+    # (Mistral and Qwen2: 128; Gemma 2 and 3: 256); plain attention elsewhere. Only whether each
+    # is on makes a variant: the values are runtime arguments of the kernels.
+    attention_variants: tuple[tuple[int, float], ...] = ((0, 0.0), (4096, 0.0), (0, 50.0), (4096, 50.0))
 
     def shapes(self, target: KernelTarget) -> Iterable[Shape]:
         for head_dim in self.head_dims:
+            variants = self.attention_variants if head_dim >= 128 else ((0, 0.0),)
             for group in self.groups:
                 for block_size in self.block_sizes:
                     for dtype in self.dtypes:
-                        yield Shape(head_dim, group, block_size, dtype)
+                        yield Shape(head_dim, group, block_size, dtype, variants)
 
 
 FULL = Matrix(("sm_80", "sm_86", "sm_90"), (64, 80, 96, 128, 256), tuple(range(1, 9)), (16, 32),
               (torch.float16, torch.bfloat16))
-# What the default test suite compiles (about 20 variants): the widest head size, the one that
-# spilled before 8 warps, with a GQA group, on the two targets most deployments use.
-QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,))
+# What the default test suite compiles (about 30 variants): the widest head size, the one that
+# spilled before 8 warps, with a GQA group, on the two targets most deployments use; attention
+# plain and with both a window and a cap (each alone is in the full matrix).
+QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,), ((0, 0.0), (4096, 50.0)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -103,15 +110,18 @@ def _cache(shape: Shape) -> torch.Tensor:
 
 
 def attention_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
-    """Mixed steps (extend + unsplit decode), a lone long decode (split + merge), batch-invariant."""
+    """Mixed steps (extend + unsplit decode), a lone long decode (split + merge), batch-invariant;
+    each for the shape's (sliding window, softcap) pairs."""
     launches = []
-    for num_seqs, num_splits, invariant in ((3, 1, False), (1, 16, False), (3, None, True)):
-        q, _, _ = _qkv(shape, 8)
-        cache = _cache(shape)
-        tables = torch.zeros(num_seqs, 5, dtype=torch.int32)
-        meta = (torch.zeros(num_seqs + 1, dtype=torch.int32), torch.zeros(num_seqs, dtype=torch.int32), tables)
-        launches += attention_launches(q, cache, cache, torch.empty_like(q), *meta, shape.head_dim ** -0.5, target,
-                                       num_splits=num_splits, batch_invariant=invariant)
+    for sliding_window, softcap in shape.attention_variants:
+        for num_seqs, num_splits, invariant in ((3, 1, False), (1, 16, False), (3, None, True)):
+            q, _, _ = _qkv(shape, 8)
+            cache = _cache(shape)
+            tables = torch.zeros(num_seqs, 5, dtype=torch.int32)
+            meta = (torch.zeros(num_seqs + 1, dtype=torch.int32), torch.zeros(num_seqs, dtype=torch.int32), tables)
+            launches += attention_launches(q, cache, cache, torch.empty_like(q), *meta, shape.head_dim ** -0.5,
+                                           target, sliding_window=sliding_window, softcap=softcap,
+                                           num_splits=num_splits, batch_invariant=invariant)
     return launches
 
 
@@ -322,7 +332,8 @@ def report(matrix: Matrix, results: list[Variant]) -> dict:
         "triton": triton.__version__,
         "targets": {name: asdict(KNOWN_TARGETS[name]) for name in matrix.targets},
         "matrix": {"head_dims": matrix.head_dims, "groups": matrix.groups, "block_sizes": matrix.block_sizes,
-                   "dtypes": [str(d).removeprefix("torch.") for d in matrix.dtypes]},
+                   "dtypes": [str(d).removeprefix("torch.") for d in matrix.dtypes],
+                   "attention_variants (sliding_window, softcap) at head_dim >= 128": matrix.attention_variants},
         "variants": len(results),
         "failures": sum(1 for v in results if v.problems),
         "kernels": [asdict(v) for v in results],
