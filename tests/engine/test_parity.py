@@ -14,7 +14,8 @@ PROMPT_LENGTHS = [1, 2, 7, 8, 9, 31, 64, 100]
 
 
 def hf_model(path):
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    """The reference: transformers' eager attention, written out in plain PyTorch for every architecture."""
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
 
 
 def prompts(vocab: int) -> list[list[int]]:

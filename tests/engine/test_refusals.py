@@ -19,7 +19,7 @@ from bulkinfer.models.config import UnsupportedModelError
      "hybrid recurrent"),
     (dict(architectures=["MyModelForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_my.MyModel"}),
      "remote code"),
-    (dict(architectures=["StableLmForCausalLM"], model_type="stablelm"), "attention interface"),
+    (dict(architectures=["MptForCausalLM"], model_type="mpt"), "attention interface"),
     (dict(architectures=["NoSuchForCausalLM"], model_type="no_such_model"), "cannot read its config"),
     (dict(architectures=["GPT2LMHeadModel"], model_impl="native"), "no native implementation"),
 ])

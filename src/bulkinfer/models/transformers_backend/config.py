@@ -3,6 +3,7 @@ config alone, before any weight is read."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from bulkinfer.models.config import ModelConfig, UnsupportedModelError, checkpoint_dtype
@@ -26,10 +27,27 @@ def transformers_model_config(path: Path, hf: dict) -> ModelConfig:
     if model_class is None:
         raise UnsupportedModelError(f"unsupported architecture {names}: transformers has no causal-LM class for "
                                     f"model_type {config.model_type!r}")
-    if not model_class.is_backend_compatible():
+    if not _uses_attention_interface(model_class):
         raise UnsupportedModelError(f"unsupported architecture {names}: its attention does not go through "
                                     "transformers' attention interface, so it cannot run on the paged cache")
     return _model_config(model_class.__name__, config, hf)
+
+
+def _uses_attention_interface(model_class: type) -> bool:
+    """transformers flags the models it tested with custom attention backends. Some others dispatch attention
+    through the same interface without the flag (StableLM, Qwen3.5's attention layers in 5.24): their modeling
+    module imports it. The load-time probe then checks that every layer's attention really comes to bulkinfer."""
+    return model_class.is_backend_compatible() or hasattr(sys.modules[model_class.__module__],
+                                                          "ALL_ATTENTION_FUNCTIONS")
+
+
+def _largest(config, name: str) -> int | None:
+    """A size the engine plans memory with. Some families vary it by layer (Gemma 4's head_dim), and reading
+    it from the whole config is then an error in transformers: the largest layer's is the safe plan."""
+    layers = getattr(config, "per_layer_config", None)
+    if layers is None:
+        return getattr(config, name, None)
+    return max((getattr(layers[i], name, None) or 0 for i in range(config.num_hidden_layers)), default=0) or None
 
 
 def _model_config(architecture: str, config, hf: dict) -> ModelConfig:
@@ -43,8 +61,8 @@ def _model_config(architecture: str, config, hf: dict) -> ModelConfig:
         intermediate_size=getattr(config, "intermediate_size", None) or 4 * hidden,
         num_layers=config.num_hidden_layers,
         num_heads=heads,
-        num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-        head_dim=getattr(config, "head_dim", None) or hidden // heads,
+        num_kv_heads=_largest(config, "num_key_value_heads") or heads,
+        head_dim=_largest(config, "head_dim") or hidden // heads,
         rms_norm_eps=getattr(config, "rms_norm_eps", None) or 1e-6,
         rope_theta=rope.get("rope_theta", 10000.0) if isinstance(rope, dict) else 10000.0,
         rope_scaling=None,
