@@ -381,7 +381,7 @@ class AttentionTiles:
     stages: int
 
 
-def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget) -> AttentionTiles:
+def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, group: int = 1) -> AttentionTiles:
     """A pure function of the shape, dtype and target, so the compile check builds what a GPU runs.
 
     Chosen with the compile check so that no variant spills registers: the extend kernel runs 8
@@ -397,7 +397,10 @@ def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget) -> 
     # registers) with two stages, and in the unsplit decode kernel with 4 warps; one stage and a
     # decode kernel of 8 warps do not.
     tight = target.arch < 90 and 64 < head_dim <= 128
-    tiles = AttentionTiles(block_m=128 if wide else 64, block_n=64 if head_dim <= 128 else 32,
+    # There, query groups of 5-8 heads also spill with 64 rows per program (8 tokens of 8 heads),
+    # windowed or not depending on the target; 32 rows do not.
+    rows = 128 if wide else 32 if tight and group > 4 else 64
+    tiles = AttentionTiles(block_m=rows, block_n=64 if head_dim <= 128 else 32,
                            extend_warps=8, decode_warps=8 if tight else 4, stages=1 if tight else 2)
     element = torch.tensor([], dtype=dtype).element_size()
     while extend_shared_bytes(tiles, head_dim, element) > target.shared_memory:
@@ -487,7 +490,7 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
     num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
     if num_tokens == 0 or num_seqs == 0:
         return []
-    tiles = attention_tiles(head_dim, query.dtype, target)
+    tiles = attention_tiles(head_dim, query.dtype, target, num_heads // num_kv_heads)
     args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
     strides = (*_score_args(scale, sliding_window, softcap), query.stride(0), query.stride(1), out.stride(0),
                out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))

@@ -36,3 +36,18 @@ def test_mixture_of_experts_through_the_fused_moe_kernel_gives_the_torch_paths_t
     got = [o.outputs[0].token_ids for o in triton.generate(prompts, params, use_tqdm=False)]
     torch_llm = LLM(str(path), attention_backend="torch", **settings)
     assert got == [o.outputs[0].token_ids for o in torch_llm.generate(prompts, params, use_tqdm=False)]
+
+
+def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_factory):
+    """Gemma 2 through transformers' code on the Triton kernels: 8-token windows on alternate layers and
+    attention soft-capping, over 30-token prompts taken in chunks; tokens and logprobs as the torch path's."""
+    path = checkpoint_factory("gemma2")
+    prompts = [list(range(10, 40)), list(range(50, 61))]
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
+    settings = dict(model_impl="transformers", max_model_len=64, block_size=8, max_num_batched_tokens=16)
+    got, expected = (LLM(str(path), attention_backend=backend, **settings).generate(prompts, params, use_tqdm=False)
+                     for backend in ("triton", "torch"))
+    for a, b in zip(got, expected):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        assert [lp[t].logprob for lp, t in zip(a.outputs[0].logprobs, a.outputs[0].token_ids)] == pytest.approx(
+            [lp[t].logprob for lp, t in zip(b.outputs[0].logprobs, b.outputs[0].token_ids)], abs=1e-4)
