@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from concurrent.futures import Future
 
 import torch
 
+from bulkinfer.bench.run import machine_name
 from bulkinfer.engine.grammar_masks import GrammarMasks, PendingMasks
 
 ROWS = (16, 64, 256)
@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     results = [_case(rows, vocab_size, device, args.repeats) for vocab_size in VOCAB_SIZES for rows in ROWS]
-    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "device": _machine(device), "repeats": args.repeats,
+    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "device": machine_name(device), "repeats": args.repeats,
               "results": results}
     for row in results:
         print(f"{row['rows']:>4} rows x {row['vocab_size']:>6} tokens: engine {row['engine_ms']:7.2f} ms, "
@@ -78,12 +78,6 @@ def _median_ms(apply, base: torch.Tensor, repeats: int) -> float:
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
 
 
 if __name__ == "__main__":

@@ -105,14 +105,15 @@ def _report(path, model_config, workload, requests, dtype, device, timings, peak
         if base and not name.startswith("bulkinfer"):
             row["bulkinfer_speedup"] = round(base / row["useful_output_tok_s"], 2)
     return {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "machine": _machine(device), "model": str(path),
+        "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_name(device), "model": str(path),
         "matmul_params": params, "dtype": str(dtype).removeprefix("torch."), "workload": workload,
         "requests": len(requests), "prompt_tokens": prompt_tokens(requests), "useful_output_tokens": useful,
         "peak_matmul_tflops": round(peak, 3), "threads": torch.get_num_threads(), "systems": rows,
     }
 
 
-def _machine(device: torch.device) -> str:
+def machine_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's architecture and torch's thread count."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
