@@ -58,7 +58,7 @@ def _child(what: str, num_requests: int) -> dict:
 def _workload(shape: str, num_requests: int) -> dict:
     from bulkinfer import LLM, SamplingParams
     from bulkinfer.bench.run import model_path
-    from bulkinfer.bench.systems import _warm_up
+    from bulkinfer.bench.systems import warm_up
     from bulkinfer.bench.workloads import make_workload
     from bulkinfer.models.loader import read_config
 
@@ -67,7 +67,7 @@ def _workload(shape: str, num_requests: int) -> dict:
     llm = LLM(str(path), max_model_len=max(len(r.prompt) + r.max_tokens for r in requests))
     params = [SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=0.0, ignore_eos=True, seed=i)
               for i, r in enumerate(requests)]
-    _warm_up(llm, requests[0].prompt)
+    warm_up(llm, requests[0].prompt)
     cpu, wall = time.process_time(), time.perf_counter()
     llm.generate([r.prompt for r in requests], params, use_tqdm=False)
     return {"cpu_s": round(time.process_time() - cpu, 2), "wall_s": round(time.perf_counter() - wall, 2)}

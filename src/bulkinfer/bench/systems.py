@@ -42,7 +42,7 @@ def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, 
     llm = LLM(str(path), **engine_args)
     params = [SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=temperature, ignore_eos=True, seed=i,
                              json=schema) for i, r in enumerate(requests)]
-    _warm_up(llm, requests[0].prompt)
+    warm_up(llm, requests[0].prompt)
     if schema is not None:
         llm.generate([requests[0].prompt], params[0], use_tqdm=False)
     stats_before = (llm.stats.prompt_tokens, llm.stats.generation_tokens)
@@ -62,7 +62,7 @@ def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, 
     return timing
 
 
-def _warm_up(llm, tokens: list[int]) -> None:
+def warm_up(llm, tokens: list[int]) -> None:
     """One decode step big enough for the CPU's compiled attention, so its one-time compile (like
     CUDA graph capture on a GPU) falls outside the timing. Copies of one prompt: one prefill."""
     rows = 32
