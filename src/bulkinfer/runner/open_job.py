@@ -2,7 +2,8 @@
 directory, decide between a new job and resuming the one there, and repair what was damaged.
 
 Repair never edits the ledger: a committed file that is missing, cut short or altered gets a void
-record, is deleted, and its rows are done again by this run.
+record, is deleted, and its rows are done again by this run; a damaged job record is appended again
+from its trusted copy; damaged lines are reported once, then recorded as reported.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
 from bulkinfer.runner.outdir.layout import JobDir, new_manifest
-from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, load_progress
+from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, job_id, load_progress
 from bulkinfer.runner.outdir.lock import JobLock
 from bulkinfer.runner.outdir.result_files import ResultFiles
 from bulkinfer.runner.readers import InputFile, Source, input_types
@@ -100,21 +101,30 @@ def _take(directory: JobDir, config: JobConfig, sources: list[Source], lock: Job
     if not rows:
         logger.warning("%s: the input holds no rows%s; there is nothing to do", directory.root,
                        "" if directory.shard.whole else f" for {directory.shard.describe()}")
-    for line in progress.damaged_lines:
-        logger.warning("%s line %d is damaged and was skipped; if it recorded a commit, its rows are done again",
-                       directory.ledger_path, line)
+    for damaged in progress.new_damage:
+        logger.warning("%s line %d is damaged and was skipped; if it recorded a commit, its rows are done again; "
+                       "if the job record, it is written again", directory.ledger_path, damaged.line)
+    if progress.new_damage:
+        ledger.report_damage(progress.new_damage)
     return OpenJob(directory, files, rows, done, progress, ledger, lock)
 
 
 def _this_job(directory: JobDir, config: JobConfig, sources: list[Source], current: dict[str, Any],
               progress: JobProgress) -> dict[str, Any]:
     """The manifest of the job in `directory` when it is this job; else that of a new job, written now.
-    The ledger's job record decides: job.json is its copy, and is written again if missing or edited."""
-    stored = progress.job or (directory.read_manifest() if directory.manifest_path.is_file() else None)
+    The trusted copy of the job record decides (JobDir.job_record), and job.json is written again from
+    it if missing or edited. With no trusted copy, committed results are kept only for the job their
+    commits name, whose record is then rebuilt from a scan of the inputs."""
+    stored = directory.job_record(progress)
+    if stored is None and progress.commits and not _named_by_every_commit(progress, current):
+        if not config.force:
+            raise UsageError(f"{directory.record_lost()}: this run may not add to them; pass --force to discard "
+                             f"them and start over, or choose another --output")
+        directory.reset()
     if stored is not None:
         changed = differences(stored["fingerprint"], current)
         if not changed:
-            if not directory.manifest_path.is_file() or directory.read_manifest() != stored:
+            if directory.read_manifest() != stored:
                 directory.write_manifest(stored)
             return stored
         if not config.force:
@@ -127,6 +137,10 @@ def _this_job(directory: JobDir, config: JobConfig, sources: list[Source], curre
                             [file.to_json() for file in files], sum(file.rows for file in files), directory.shard)
     directory.write_manifest(manifest)
     return manifest
+
+
+def _named_by_every_commit(progress: JobProgress, fingerprint: dict[str, Any]) -> bool:
+    return all(commit.job == job_id(fingerprint) for commit in progress.files)
 
 
 def _repair(directory: JobDir, ledger: Ledger, progress: JobProgress) -> RowSet:

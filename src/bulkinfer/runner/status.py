@@ -2,7 +2,8 @@
 
 A job run whole has one shard; a job split with --num-shards has one per shard that has started, and
 the shards that have not are named as missing. Committed files are checked against the ledger:
-their size always, their SHA-256 and rows when asked (`find_damage`). Safe to read while runs write.
+their size always, their SHA-256 and rows when asked (`find_damage`); the ledger's own damaged lines
+are named until a run has reported them (`ledger_damage`). Safe to read while runs write.
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ def find_damage(union: JobUnion, full: bool) -> list[Damage]:
     return found
 
 
+def ledger_damage(union: JobUnion) -> list[str]:
+    """Each ledger with lines that fail their checksum and that no run has reported yet, with their numbers."""
+    found = []
+    for shard in union.shards:
+        lines = [str(damaged.line) for damaged in shard.progress.new_damage]
+        if lines:
+            said = "lines {} fail their checksums" if len(lines) > 1 else "line {} fails its checksum"
+            found.append(f"{shard.directory.ledger_path}: {said.format(', '.join(lines))}")
+    return found
+
+
 @dataclass(frozen=True)
 class JobStatus:
     rows_total: int
@@ -101,7 +113,7 @@ class JobStatus:
     num_shards: int = 1
     missing_shards: list[int] = field(default_factory=list)  # never started
     unfinished_shards: list[int] = field(default_factory=list)  # started, not done
-    damaged: list[str] = field(default_factory=list)  # damaged result files, each with why
+    damaged: list[str] = field(default_factory=list)  # damaged result files, each with why, and damaged ledgers
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
@@ -118,16 +130,17 @@ def job_status(output: Path, verify: bool = False) -> JobStatus:
     union = load_union(output)
     damage = find_damage(union, full=verify)
     rows_done = union.rows_done - sum(item.rows for item in damage)
+    damaged = [item.describe() for item in damage] + ledger_damage(union)
     if union.running():
         state = "running"
-    elif damage:
+    elif damaged:
         state = "damaged"
     elif rows_done >= union.rows_total:
         state = "complete"
     else:
         state = "interrupted"
     return JobStatus(union.rows_total, rows_done, union.rows_failed, state, union.num_shards, union.missing,
-                     union.unfinished, [item.describe() for item in damage])
+                     union.unfinished, damaged)
 
 
 def load_union(output: Path) -> JobUnion:

@@ -1,4 +1,11 @@
-"""Where each of a job's files lives in its output directory, and its manifest, job.json."""
+"""Where each of a job's files lives in its output directory, and its manifest, job.json.
+
+The job record is kept in two places and checked against a third: the ledger's job record, job.json,
+and the job id stamped on every commit. A copy is trusted only when it is sound and names the job the
+commits name; a damaged copy is written again from a trusted one (job.json replaced atomically, a
+new job record appended to the ledger). With neither copy trusted, the commits alone decide: a run of
+the job they name may rebuild the record, any other is refused (see open_job).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.durable import sync_dir, write_atomic
-from bulkinfer.errors import UsageError
-from bulkinfer.runner.outdir.ledger import read_records
+from bulkinfer.errors import RunError, UsageError
+from bulkinfer.runner.outdir.ledger import Damaged, JobProgress, job_id, load_progress, read_records
 from bulkinfer.runner.shards import WHOLE, Shard
 
 MANIFEST_VERSION = 1
+_MANIFEST_TYPES = {"fingerprint": dict, "inputs": list, "rows_total": int}
+_INPUT_TYPES = {"path": str, "format": str, "size": int, "mtime_ns": int, "rows": int}  # readers.InputFile's
 _SUFFIX = r"(?:-(\d+)-of-(\d+))?"
 _JOB_FILE_NAME = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl)")
 # Every name a run of any shard creates here (a crash before job.json may leave some of them);
@@ -33,15 +42,24 @@ class JobDir:
         self.lock_path = root / f".lock{shard.suffix}"
 
     def has_job(self) -> bool:
-        """Whether a job was started here: its job.json, or its ledger if job.json is gone."""
-        return self.manifest_path.is_file() or self.ledger_path.is_file()
+        """Whether a job was started here: a sound job.json, or a ledger with a sound line (a job whose
+        record is lost is still a job: it is refused, never overwritten)."""
+        return (self.read_manifest() is not None
+                or any(not isinstance(record, Damaged) for record in read_records(self.ledger_path)))
 
     def holds_other_files(self) -> bool:
-        """Whether anything but the files of bulkinfer runs is here."""
-        return any(not _OUR_NAMES.fullmatch(path.name) for path in self.root.iterdir())
+        """Whether anything but the files of bulkinfer runs is here: another name, or a job.json or
+        ledger with content that no run wrote."""
+        if any(not _OUR_NAMES.fullmatch(path.name) for path in self.root.iterdir()):
+            return True
+        return any(not shard.has_job() and shard._holds_records() for shard in self._named_shards())
 
     def siblings(self) -> list[JobDir]:
         """Every shard with a job here (this one included, if it has one), in shard order."""
+        return [shard for shard in self._named_shards() if shard.has_job()]
+
+    def _named_shards(self) -> list[JobDir]:
+        """Every shard with a job.json or a ledger here, sound or not, in shard order."""
         found = set()
         for path in self.root.iterdir():
             match = _JOB_FILE_NAME.fullmatch(path.name)
@@ -59,18 +77,36 @@ class JobDir:
             raise UsageError(f"{self.root}: exists and is not a directory")
 
     def read_job(self) -> dict[str, Any]:
-        """The job's manifest as the ledger records it, which job.json copies; job.json alone for a
-        ledger older than that record."""
-        job = next((record for record in read_records(self.ledger_path) if isinstance(record, dict)), None)
-        return _checked(self.ledger_path, job) if job is not None else self.read_manifest()
+        """The job record (job_record); RunError if no copy of it can be trusted."""
+        record = self.job_record(load_progress(self.ledger_path))
+        if record is None:
+            raise RunError(f"{self.record_lost()}; rerun the job's own command to rebuild it from its inputs")
+        return record
 
-    def read_manifest(self) -> dict[str, Any]:
-        """job.json as it is on disk."""
+    def job_record(self, progress: JobProgress) -> dict[str, Any] | None:
+        """The first trusted copy of the job record: the ledger's, else job.json. A copy is trusted when
+        it is sound and every live commit that names a job names this one."""
+        named = progress.job_ids()
+        for record in (progress.job, self.read_manifest()):
+            if record is not None and _is_manifest(record) and named <= {job_id(record["fingerprint"])}:
+                return record
+        return None
+
+    def record_lost(self) -> str:
+        """Why no copy of the job record can be trusted."""
+        return (f"{self.root}: the job record in {self.ledger_path.name} is damaged and {self.manifest_path.name} "
+                f"is missing, damaged or of another job, so which job its committed results belong to is unknown")
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """job.json as it is on disk, if it is a sound job record."""
         try:
-            manifest = json.loads(self.manifest_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{self.manifest_path}: cannot be read ({exc})") from None
-        return _checked(self.manifest_path, manifest)
+            manifest = json.loads(self.manifest_path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        return manifest if _is_manifest(manifest) else None
+
+    def _holds_records(self) -> bool:
+        return any(path.is_file() and path.stat().st_size > 0 for path in (self.manifest_path, self.ledger_path))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self.results_path.mkdir(exist_ok=True)
@@ -90,10 +126,16 @@ def new_manifest(fingerprint: dict[str, Any], inputs: list[dict[str, Any]], rows
             "num_shards": shard.count, "shard": shard.index, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def _checked(path: Path, manifest: Any) -> dict[str, Any]:
-    if not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION:
-        raise UsageError(f"{path}: written by an incompatible bulkinfer version")
-    return manifest
+def _is_manifest(manifest: Any) -> bool:
+    """Whether `manifest` is a job record this version reads: every key there, of its type."""
+    return (isinstance(manifest, dict) and manifest.get("version") == MANIFEST_VERSION
+            and _typed(manifest, _MANIFEST_TYPES) and manifest["rows_total"] >= 0
+            and all(isinstance(item, dict) and set(item) == set(_INPUT_TYPES) and _typed(item, _INPUT_TYPES)
+                    for item in manifest["inputs"]))
+
+
+def _typed(record: dict[str, Any], types: dict[str, type]) -> bool:
+    return all(isinstance(record.get(key), kind) for key, kind in types.items())
 
 
 def task_of(fingerprint: dict[str, Any]) -> str:

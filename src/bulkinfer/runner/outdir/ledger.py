@@ -2,24 +2,31 @@
 
 Each line is one checksummed record:
 - job: the job's manifest (fingerprint, inputs, rows_total), the first line, so that a missing or
-  edited job.json cannot make a run mistake one job for another;
-- commit: one result file, its size and SHA-256, and the row positions it holds;
-- void: a committed file found damaged (missing, cut short, altered); its rows are to be done again.
+  edited job.json cannot make a run mistake one job for another; appended again, superseding it,
+  when that line is found damaged;
+- commit: one result file, its size and SHA-256, the row positions it holds, and the id of the job
+  it belongs to (job_id), so that commits name their job even when both copies of the record are lost;
+- void: a committed file found damaged (missing, cut short, altered); its rows are to be done again;
+- damage: damaged lines a run has reported and dealt with, so that later runs stay quiet about them.
 
 A commit line is appended and fsynced only after its file is durably in place, so every listed file
 existed in full. A crash mid-append leaves at most a torn last line, which fails its checksum and
 is cut off on the next start. Records are never edited in place: repair appends a void. The same
-commit read twice (a retried append) counts once. A line damaged in the middle (by something other
-than bulkinfer) is skipped and reported: if it was a commit, its file is no longer listed, so its
-rows are done again.
+commit read twice (a retried append) counts once. A complete line that fails its checksum (damaged by
+something other than bulkinfer, wherever it is) is skipped and reported: if it was a commit, its file
+is no longer listed, so its rows are done again.
+
+Lines are written unbuffered, each with one fsync: a write that fails (a full disk) leaves nothing
+in a buffer for a later flush to fail on, only a torn last line that the next start cuts off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -42,6 +49,7 @@ class Commit:
     ids: str  # the row positions, see rowset.encode_rows
     size: int | None = None  # the file's bytes and their SHA-256; None in ledgers older than both
     digest: str | None = None
+    job: str | None = None  # job_id of the job's fingerprint; None in ledgers older than it
 
     def row_ids(self) -> list[int]:
         return decode_rows(self.ids)
@@ -56,9 +64,23 @@ class Void:
 
 @dataclass(frozen=True)
 class Damaged:
-    """A ledger line that fails its checksum, with its number (from 1)."""
+    """A ledger line that fails its checksum: its number (from 1), and the CRC-32 of its bytes, so that
+    a report of it names this damage and not later damage to the same line."""
 
     line: int
+    crc: int
+
+
+@dataclass(frozen=True)
+class DamageSeen:
+    """Damaged lines a run reported and dealt with."""
+
+    lines: tuple[Damaged, ...]
+
+
+def job_id(fingerprint: dict[str, Any]) -> str:
+    """A short hash of a job's fingerprint, stamped on each of its commits."""
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def make_commit(seq: int, file: str, row_ids: list[int], errors: int, size: int | None = None,
@@ -70,10 +92,20 @@ def make_commit(seq: int, file: str, row_ids: list[int], errors: int, size: int 
 class JobProgress:
     """What the ledger says: the job, and its live commits (committed, not voided)."""
 
-    job: dict[str, Any] | None = None  # the job record; None in ledgers older than it
+    job: dict[str, Any] | None = None  # the last sound job record; None if there is none
     commits: dict[int, Commit] = field(default_factory=dict)  # by seq, in commit order
     next_seq: int = 1
-    damaged_lines: list[int] = field(default_factory=list)
+    damaged: list[Damaged] = field(default_factory=list)
+    damage_seen: set[Damaged] = field(default_factory=set)
+
+    @property
+    def new_damage(self) -> list[Damaged]:
+        """Damaged lines no run has reported yet."""
+        return [line for line in self.damaged if line not in self.damage_seen]
+
+    def job_ids(self) -> set[str]:
+        """The jobs the live commits name (ledgers older than job ids name none)."""
+        return {commit.job for commit in self.commits.values() if commit.job is not None}
 
     @property
     def files(self) -> list[Commit]:
@@ -116,13 +148,15 @@ def load_progress(ledger_path: Path) -> JobProgress:
         elif isinstance(record, Void):
             progress.void(record)
         elif isinstance(record, Damaged):
-            progress.damaged_lines.append(record.line)
+            progress.damaged.append(record)
+        elif isinstance(record, DamageSeen):
+            progress.damage_seen.update(record.lines)
         else:
             progress.job = record
     return progress
 
 
-Record = Commit | Void | Damaged | dict  # a dict: the job record
+Record = Commit | Void | Damaged | DamageSeen | dict  # a dict: the job record
 
 
 def read_records(path: Path) -> Iterator[Record]:
@@ -132,29 +166,39 @@ def read_records(path: Path) -> Iterator[Record]:
 
 
 class Ledger:
-    """The ledger opened for appending, after cutting off a torn last line. A new ledger starts with
-    the job record `job`."""
+    """The ledger opened for appending, after cutting off a torn last line. `job`, the job record, is
+    appended unless it is already the ledger's last sound one (a new ledger, or one whose record line
+    is damaged), and each commit appended is stamped with its job_id."""
 
     def __init__(self, path: Path, job: dict[str, Any] | None = None) -> None:
         self.path = path
-        valid_end = 0
+        kept, last_job = 0, None
         for record, end in _scan(path):
-            if not isinstance(record, Damaged):
-                valid_end = end
+            kept = end
+            last_job = record if isinstance(record, dict) else last_job
         created = not path.exists()
-        self._handle: IO[bytes] = open(path, "ab")
-        if self._handle.tell() > valid_end:
-            self._handle.truncate(valid_end)
+        self._handle: IO[bytes] = open(path, "ab", buffering=0)
+        if self._handle.tell() > kept:
+            self._handle.truncate(kept)
             sync_file(self._handle)
         if created:
             sync_dir(path.parent)
-        self._size = valid_end
-        if valid_end == 0 and job is not None:
+        self._size = kept
+        if kept and _byte_at(path, kept - 1) != b"\n":
+            self._write(b"\n")  # a damaged last line lost its newline: the next record must be a line of its own
+        self._job_id = job_id(job["fingerprint"]) if job is not None else None
+        if job is not None and last_job != job:
             self._append("job", job)
 
     def append(self, record: Commit | Void) -> None:
-        kind = "commit" if isinstance(record, Commit) else "void"
-        self._append(kind, _on_disk(record))
+        if isinstance(record, Commit):
+            self._append("commit", _on_disk(replace(record, job=self._job_id)))
+        else:
+            self._append("void", _on_disk(record))
+
+    def report_damage(self, lines: list[Damaged]) -> None:
+        """Record that `lines` were reported and dealt with."""
+        self._append("damage", {"lines": [[line.line, line.crc] for line in lines]})
 
     def written_only_by_us(self) -> bool:
         """Whether the file at our path is still ours and holds nothing we did not append."""
@@ -168,30 +212,37 @@ class Ledger:
         self._handle.close()
 
     def _append(self, kind: str, body: dict[str, Any]) -> None:
-        line = _encode(kind, body)
-        self._handle.write(line)
-        self._size += len(line)
+        self._write(_encode(kind, body))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = self._handle.write(view)
+            self._size += written
+            view = view[written:]
         sync_file(self._handle)
 
 
 def _scan(path: Path) -> Iterator[tuple[Record, int]]:
-    """Each record with the byte offset just past its line; a damaged line is Damaged, unless it is the
-    last, which a crash may have torn."""
+    """Each record with the byte offset just past its line. A line that fails its checksum is Damaged,
+    except a last line with no newline that is not a sound line either: a crash tore it."""
     if not path.exists():
         return
     offset = 0
     with open(path, "rb") as handle:
-        pending: Damaged | None = None  # a damaged line, told only once a line follows it
         for number, line in enumerate(handle, 1):
-            if pending is not None:
-                yield pending, offset
-                pending = None
             offset += len(line)
             record = _decode(line)
-            if record is None:
-                pending = Damaged(number)
-            else:
+            if record is not None:
                 yield record, offset
+            elif line.endswith(b"\n") or _decode(line[:-1] + b"\n") is not None:  # a bit flip, maybe of the newline
+                yield Damaged(number, zlib.crc32(line.rstrip(b"\n"))), offset
+
+
+def _byte_at(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(1)
 
 
 # On disk a commit names its file "shard", as ledgers always have; records leave out fields at None.
@@ -217,6 +268,8 @@ def _decode(line: bytes) -> Record | None:
             return None
         if kind == "job":
             return record[kind]
+        if kind == "damage":
+            return DamageSeen(tuple(Damaged(int(number), int(crc)) for number, crc in record[kind]["lines"]))
         body = dict(record[kind])
         body["file"] = body.pop("shard")
         return {"commit": Commit, "void": Void}[kind](**body)
