@@ -6,7 +6,9 @@ POINT is one of: none; shard-write (the N-th result file's temporary file is hal
 before-ledger (the N-th result file is renamed into place, its ledger line not yet written);
 ledger-write (half of the N-th ledger line is written); and, instead of a kill, a disk error at the
 N-th commit: file-write-enospc (writing a result file), file-fsync-eio (its fsync), ledger-write-enospc
-(half of a ledger line written), ledger-fsync-eio (the whole line written, then its fsync fails).
+(half of a ledger line written), ledger-fsync-eio (the whole line written, then its fsync fails);
+and ledger-disk-full: the disk that holds the output directory fills up just before the first commit
+line that needs a new page of it, so that the kernel itself refuses the append (on a small tmpfs).
 The runner itself has no hooks for this: the driver wraps its functions from outside, as a test
 double would.
 """
@@ -72,6 +74,13 @@ def _arm(point: str, nth: int) -> None:
             raise OSError(code, os.strerror(code))
         append(self, record)
 
+    def fill_disk_before_a_new_page(self, record):
+        job = getattr(self, "_job_id", None)  # the id a commit is stamped with (none in older ledgers)
+        line = ledger._encode("commit", {**ledger._on_disk(record), **({"job": job} if job else {})})
+        if self._size // _PAGE != (self._size + len(line) - 1) // _PAGE:
+            _fill(self.path.parent.parent / "filler")
+        append(self, record)
+
     if point == "shard-write":
         result_files.publish = torn_file
     elif point in ("before-ledger", "ledger-write"):
@@ -82,6 +91,21 @@ def _arm(point: str, nth: int) -> None:
         result_files.sync_file = file_fsync_fails
     elif point in ("ledger-write-enospc", "ledger-fsync-eio"):
         ledger.Ledger.append = ledger_append_fails
+    elif point == "ledger-disk-full":
+        ledger.Ledger.append = fill_disk_before_a_new_page
+
+
+_PAGE = 4096  # tmpfs hands out whole pages: a write within the last one needs no free space
+
+
+def _fill(path) -> None:
+    with open(path, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"x" * _PAGE)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """A full disk or an I/O error at any write or fsync of a commit stops the job with one line and exit 1,
-loses nothing committed, and the rerun completes with the results of an uninterrupted run."""
+loses nothing committed, and the rerun completes with the results of an uninterrupted run. One disk
+fills up for real: a small tmpfs."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,39 @@ def test_a_disk_error_stops_with_one_line_and_the_rerun_completes(tmp_path: Path
     assert_consistent(out)
     assert commits(out) in (1, 2)  # the first commit, and the second if its ledger line got through
     again = start(tiny_llama, data, out)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert_consistent(out)
+    assert _exported(out) == baseline
+
+
+FINE_COMMITS = ("--shard-rows", "1", "--max-num-seqs", "2")  # about 30 commits: the ledger outgrows its first page
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 4 MiB tmpfs of our own: a disk that really fills up."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_really_full_disk_at_the_ledger_append_is_one_line(tiny_disk: Path, data: Path, tiny_llama: Path,
+                                                             baseline: list[dict]) -> None:
+    out = tiny_disk / "out"
+    process = start(tiny_llama, data, out, "ledger-disk-full", extra=FINE_COMMITS)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1, err
+    assert [line for line in err.splitlines() if "error" in line] == [
+        f"bulkinfer: error: disk full writing {out}/ledger.jsonl: nothing committed is lost; free space and rerun"]
+    assert "Traceback" not in err and commits(out) > 3
+    assert_consistent(out)
+    (tiny_disk / "filler").unlink()
+    again = start(tiny_llama, data, out, extra=FINE_COMMITS)
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
     assert_consistent(out)

@@ -147,13 +147,14 @@ def load_union(output: Path) -> JobUnion:
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
-    manifests = [directory.read_job() for directory in directories]
+    progresses = [load_progress(directory.ledger_path) for directory in directories]
+    manifests = [directory.read_job(progress) for directory, progress in zip(directories, progresses)]
     counts = {directory.shard.count for directory in directories}
     if len(counts) > 1 or any(manifest["fingerprint"] != manifests[0]["fingerprint"] for manifest in manifests):
         raise UsageError(f"{output} holds shards of different jobs (or of one job split differently); "
                          f"export each job from its own directory")
     rows_total = manifests[0]["rows_total"]
-    shards = [ShardProgress(d, d.shard.rows(rows_total), load_progress(d.ledger_path)) for d in directories]
+    shards = [ShardProgress(d, d.shard.rows(rows_total), progress) for d, progress in zip(directories, progresses)]
     return JobUnion(rows_total, counts.pop(), shards, task_of(manifests[0]["fingerprint"]))
 
 

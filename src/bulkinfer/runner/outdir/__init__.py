@@ -1,7 +1,7 @@
 """A job's output directory: the only state a job has, and the reason it can be killed at any instant.
 
-    OUT/job.json      the job's fingerprint, its input files with row counts, rows_total (written once)
-    OUT/ledger.jsonl  append-only record of committed result files: the one source of truth
+    OUT/job.json      the job record: its fingerprint, input files with row counts, rows_total (the ledger's, copied)
+    OUT/ledger.jsonl  append-only: the job record, then committed result files: the one source of truth
     OUT/shards/       result files (shard-000001.parquet, ...); only those the ledger lists count
     OUT/.lock         held by the run writing here
     OUT/stats.json    the last run's figures, written by the command line
@@ -16,7 +16,7 @@ file the ledger lists exists in full; a file it does not list is left over from 
 deleted on the next start; a torn last ledger line fails its checksum and is cut off. A row is
 done once its file's ledger line is durable, and no row is in two committed files.
 
-    layout.py        where each file lives; job.json
+    layout.py        where each file lives; job.json, and which copy of the job record to trust
     lock.py          one run per directory (or per shard)
     fingerprint.py   what makes a job this job, compared on every resume
     result_files.py  rows to Parquet or JSONL files and back

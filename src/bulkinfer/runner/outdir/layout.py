@@ -76,9 +76,10 @@ class JobDir:
         if not self.root.is_dir():
             raise UsageError(f"{self.root}: exists and is not a directory")
 
-    def read_job(self) -> dict[str, Any]:
-        """The job record (job_record); RunError if no copy of it can be trusted."""
-        record = self.job_record(load_progress(self.ledger_path))
+    def read_job(self, progress: JobProgress | None = None) -> dict[str, Any]:
+        """The job record (job_record); RunError if no copy of it can be trusted. `progress`: the
+        ledger's, if already read."""
+        record = self.job_record(progress or load_progress(self.ledger_path))
         if record is None:
             raise RunError(f"{self.record_lost()}; rerun the job's own command to rebuild it from its inputs")
         return record
