@@ -53,7 +53,7 @@ def test_a_disk_error_stops_with_one_line_and_the_rerun_completes(tmp_path: Path
     process = start(tiny_llama, data, out, point, nth=2)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 1, err
-    errors = [line for line in err.splitlines() if "error" in line]
+    errors = [line for line in err.splitlines() if "error:" in line]
     assert errors == [f"bulkinfer: error: {said.format(out=out)}"], err
     assert "Traceback" not in err
     assert_consistent(out)
@@ -86,7 +86,7 @@ def test_a_really_full_disk_at_the_ledger_append_is_one_line(tiny_disk: Path, da
     process = start(tiny_llama, data, out, "ledger-disk-full", extra=FINE_COMMITS)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 1, err
-    assert [line for line in err.splitlines() if "error" in line] == [
+    assert [line for line in err.splitlines() if "error:" in line] == [
         f"bulkinfer: error: disk full writing {out}/ledger.jsonl: nothing committed is lost; free space and rerun"]
     assert "Traceback" not in err and commits(out) > 3
     assert_consistent(out)
