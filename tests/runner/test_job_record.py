@@ -25,9 +25,13 @@ def _main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     return exited.value.code, captured.out, captured.err
 
 
-def _run(capsys, model: Path, data: Path, out: Path) -> tuple[int, str, str]:
+def _run_argv(model: Path, data: Path, out: Path) -> list[str]:
     flags = [part for name, value in SETTINGS.items() for part in ("--" + name.replace("_", "-"), str(value))]
-    return _main(capsys, "run", "--model", str(model), "--input", str(data), "--output", str(out), *flags)
+    return ["run", "--model", str(model), "--input", str(data), "--output", str(out), *flags]
+
+
+def _run(capsys, model: Path, data: Path, out: Path) -> tuple[int, str, str]:
+    return _main(capsys, *_run_argv(model, data, out))
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +40,7 @@ def finished_job(tmp_path_factory, tiny_llama: Path) -> Path:
     root = tmp_path_factory.mktemp("record")
     data = write_jsonl(root / "in.jsonl", prompts(ROWS))
     with pytest.raises(SystemExit) as exited:
-        main(["run", "--model", str(tiny_llama), "--input", str(data), "--output", str(root / "out"),
-              *[part for name, value in SETTINGS.items() for part in ("--" + name.replace("_", "-"), str(value))]])
+        main(_run_argv(tiny_llama, data, root / "out"))
     assert exited.value.code == 0
     return root / "out"
 
