@@ -166,5 +166,7 @@ def test_a_stray_ledger_or_job_json_is_not_a_job_and_is_left_as_it_is(tmp_path: 
     code, _, err = _run(capsys, tiny_llama, data, out)
     assert code == 2 and err.count("\n") == 1 and "holds no bulkinfer job" in err, err
     assert (out / name).read_bytes() == content and sorted(path.name for path in out.iterdir()) == [name]
-    code, _, err = _main(capsys, "status", str(out))
-    assert code == 2 and "not a bulkinfer output directory" in err, err
+    for command in (["status", str(out)], ["export", str(out), str(tmp_path / "x.jsonl")]):
+        code, _, err = _main(capsys, *command)
+        assert code == 2 and err.count("\n") == 1 and "not a bulkinfer output directory" in err, err
+    assert (out / name).read_bytes() == content and not (tmp_path / "x.jsonl").exists()
