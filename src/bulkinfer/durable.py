@@ -29,9 +29,10 @@ def publish(tmp: Path, final: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """After a crash `path` holds either its old content or `data`, never a mix."""
+    """After a crash `path` holds either its old content or `data`, never a mix. A link at either name
+    is not followed: the rename replaces a link at `path`, and one at the temporary name is refused (ELOOP)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644), "wb") as handle:
         handle.write(data)
         sync_file(handle)
     publish(tmp, path)

@@ -102,14 +102,16 @@ class JobStatus:
     missing_shards: list[int] = field(default_factory=list)  # never started
     unfinished_shards: list[int] = field(default_factory=list)  # started, not done
     damaged: list[str] = field(default_factory=list)  # damaged result files, each with why
+    foreign: list[str] = field(default_factory=list)  # what bulkinfer did not write in a results folder
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         if self.num_shards == 1:  # a job run whole reads as it always has
             for key in ("num_shards", "missing_shards", "unfinished_shards"):
                 del record[key]
-        if not self.damaged:
-            del record["damaged"]
+        for key in ("damaged", "foreign"):
+            if not record[key]:
+                del record[key]
         return record
 
 
@@ -126,14 +128,16 @@ def job_status(output: Path, verify: bool = False) -> JobStatus:
         state = "complete"
     else:
         state = "interrupted"
+    foreign = [str(path) for shard in union.shards for path in ResultFiles(shard.directory.results_path).foreign()]
     return JobStatus(union.rows_total, rows_done, union.rows_failed, state, union.num_shards, union.missing,
-                     union.unfinished, [item.describe() for item in damage])
+                     union.unfinished, [item.describe() for item in damage], foreign)
 
 
 def load_union(output: Path) -> JobUnion:
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
+    directories[0].refuse_links()  # before reading any of them
     manifests = [directory.read_job() for directory in directories]
     counts = {directory.shard.count for directory in directories}
     if len(counts) > 1 or any(manifest["fingerprint"] != manifests[0]["fingerprint"] for manifest in manifests):

@@ -12,6 +12,7 @@ from typing import Any
 from bulkinfer.durable import sync_dir, write_atomic
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.outdir.ledger import read_records
+from bulkinfer.runner.outdir.no_links import link_refusal, read_no_follow
 from bulkinfer.runner.shards import WHOLE, Shard
 
 MANIFEST_VERSION = 1
@@ -21,6 +22,7 @@ _JOB_FILE_NAME = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl)")
 # stats.json is the CLI's end-of-run report (bulkinfer.cli.summary).
 _OUR_NAMES = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl|shards{_SUFFIX}|\.lock{_SUFFIX}"
                         rf"|\.job{_SUFFIX}\.json\.tmp|stats{_SUFFIX}\.json|\.stats{_SUFFIX}\.json\.tmp)")
+_RESULTS_FOLDER = re.compile(rf"shards{_SUFFIX}")
 
 
 class JobDir:
@@ -39,6 +41,19 @@ class JobDir:
     def holds_other_files(self) -> bool:
         """Whether anything but the files of bulkinfer runs is here."""
         return any(not _OUR_NAMES.fullmatch(path.name) for path in self.root.iterdir())
+
+    def refuse_links(self) -> None:
+        """Raises UsageError naming the first of bulkinfer's entries here (of any shard) or file in a
+        results folder that is a symbolic link (see no_links)."""
+        for path in sorted(self.root.iterdir()):
+            if not _OUR_NAMES.fullmatch(path.name):
+                continue
+            if path.is_symlink():
+                raise UsageError(link_refusal(path))
+            if _RESULTS_FOLDER.fullmatch(path.name) and path.is_dir():
+                linked = next((inner for inner in sorted(path.iterdir()) if inner.is_symlink()), None)
+                if linked is not None:
+                    raise UsageError(link_refusal(linked))
 
     def siblings(self) -> list[JobDir]:
         """Every shard with a job here (this one included, if it has one), in shard order."""
@@ -67,7 +82,8 @@ class JobDir:
     def read_manifest(self) -> dict[str, Any]:
         """job.json as it is on disk."""
         try:
-            manifest = json.loads(self.manifest_path.read_text())
+            with read_no_follow(self.manifest_path) as handle:
+                manifest = json.loads(handle.read())
         except (OSError, ValueError) as exc:
             raise UsageError(f"{self.manifest_path}: cannot be read ({exc})") from None
         return _checked(self.manifest_path, manifest)

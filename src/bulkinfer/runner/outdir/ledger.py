@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from bulkinfer.durable import sync_dir, sync_file
+from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
 
 
@@ -141,8 +142,8 @@ class Ledger:
         for record, end in _scan(path):
             if not isinstance(record, Damaged):
                 valid_end = end
-        created = not path.exists()
-        self._handle: IO[bytes] = open(path, "ab")
+        created = not os.path.lexists(path)
+        self._handle: IO[bytes] = os.fdopen(open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
         if self._handle.tell() > valid_end:
             self._handle.truncate(valid_end)
             sync_file(self._handle)
@@ -159,7 +160,7 @@ class Ledger:
     def written_only_by_us(self) -> bool:
         """Whether the file at our path is still ours and holds nothing we did not append."""
         try:
-            stat = self.path.stat()
+            stat = self.path.lstat()  # a link put in its place is not ours
         except FileNotFoundError:
             return False
         return stat.st_ino == os.fstat(self._handle.fileno()).st_ino and stat.st_size == self._size
@@ -177,10 +178,12 @@ class Ledger:
 def _scan(path: Path) -> Iterator[tuple[Record, int]]:
     """Each record with the byte offset just past its line; a damaged line is Damaged, unless it is the
     last, which a crash may have torn."""
-    if not path.exists():
+    try:
+        handle = read_no_follow(path)
+    except FileNotFoundError:
         return
     offset = 0
-    with open(path, "rb") as handle:
+    with handle:
         pending: Damaged | None = None  # a damaged line, told only once a line follows it
         for number, line in enumerate(handle, 1):
             if pending is not None:
