@@ -127,6 +127,18 @@ def test_a_directory_in_the_results_folder_stops_a_run_in_one_line(tmp_path, run
     assert (folder / "keep.txt").read_bytes() == OUTSIDE_BYTES
 
 
+def test_a_file_in_place_of_the_results_folder_stops_a_run_and_is_kept(capsys, tmp_path, run) -> None:
+    assert run()[0] == 0
+    out = tmp_path / "out"
+    shutil.rmtree(out / "shards")
+    (out / "shards").write_bytes(OUTSIDE_BYTES)
+    code, out_text, _ = invoke(capsys, "status", out)  # exit 1: the committed files are missing, too
+    assert code == 1 and f"not written by bulkinfer: {out / 'shards'}" in out_text
+    code, err = run()
+    assert f"{out / 'shards'}: not written by bulkinfer" in one_line_error(code, err)
+    assert (out / "shards").read_bytes() == OUTSIDE_BYTES
+
+
 def test_only_our_uncommitted_files_are_removed(tmp_path: Path) -> None:
     files = ResultFiles(tmp_path)
     for name in ("shard-000001.parquet", "shard-000002.parquet", ".shard-000003.jsonl.tmp", "shard-1234567.jsonl"):

@@ -93,7 +93,7 @@ class ResultFiles:
         """Why the file is not what was committed (missing, another size, other bytes); None if it is."""
         try:
             handle = self._reader(name)
-        except (FileNotFoundError, IsADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # the folder or the file
             return "missing"
         with handle:
             actual = os.fstat(handle.fileno()).st_size
@@ -153,12 +153,14 @@ class ResultFiles:
 
     def foreign(self) -> list[Path]:
         """What is in the folder that bulkinfer did not write (another name, a folder, a link), by name;
-        nothing if there is no folder."""
+        nothing if there is no folder, the folder's own name if it is a file."""
         try:
             with self._folder() as folder:
                 return sorted(self.directory / entry.name for entry in os.scandir(folder) if not _ours(entry))
         except FileNotFoundError:
             return []
+        except NotADirectoryError:
+            return [self.directory]
 
     @contextmanager
     def _folder(self) -> Iterator[int]:
