@@ -139,6 +139,18 @@ def test_a_file_in_place_of_the_results_folder_stops_a_run_and_is_kept(capsys, t
     assert (out / "shards").read_bytes() == OUTSIDE_BYTES
 
 
+def test_a_fifo_in_place_of_a_result_file_is_reported_not_waited_on(capsys, tmp_path, run) -> None:
+    assert run()[0] == 0
+    committed = sorted((tmp_path / "out" / "shards").iterdir())[0]
+    committed.unlink()
+    os.mkfifo(committed)
+    code, out_text, _ = invoke(capsys, "status", "--verify", tmp_path / "out")
+    assert code == 1 and f"damaged: {committed}: not a file" in out_text
+    assert f"not written by bulkinfer: {committed}" in out_text
+    code, err = run()
+    assert f"{committed}: not written by bulkinfer" in one_line_error(code, err)
+
+
 def test_only_our_uncommitted_files_are_removed(tmp_path: Path) -> None:
     files = ResultFiles(tmp_path)
     for name in ("shard-000001.parquet", "shard-000002.parquet", ".shard-000003.jsonl.tmp", "shard-1234567.jsonl"):

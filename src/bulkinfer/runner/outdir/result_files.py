@@ -93,10 +93,13 @@ class ResultFiles:
         """Why the file is not what was committed (missing, another size, other bytes); None if it is."""
         try:
             handle = self._reader(name)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # the folder or the file
+        except (FileNotFoundError, NotADirectoryError):  # the folder or the file
             return "missing"
         with handle:
-            actual = os.fstat(handle.fileno()).st_size
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return "not a file"
+            actual = info.st_size
             if size is not None and actual != size:
                 return f"{actual:,} bytes where {size:,} were committed"
             if digest is not None and file_digest(handle) != digest:
@@ -171,13 +174,20 @@ class ResultFiles:
             os.close(folder)
 
     def _reader(self, name: str) -> IO[bytes]:
+        # O_NONBLOCK: a FIFO put under a result file's name must not hang the open.
         with self._folder() as folder:
-            return os.fdopen(open_no_follow(self.directory / name, dir_fd=folder), "rb")
+            return os.fdopen(open_no_follow(self.directory / name, os.O_RDONLY | os.O_NONBLOCK, dir_fd=folder), "rb")
 
 
 def _ours(entry: os.DirEntry) -> bool:
-    """A regular file (not a link, not a folder) under a name bulkinfer gives its files."""
-    return bool(_OUR_FILE.fullmatch(entry.name)) and stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)
+    """A regular file (not a link, not a folder) under a name bulkinfer gives its files; or one that
+    was there when listed and is gone (a run renamed its temporary file meanwhile)."""
+    if not _OUR_FILE.fullmatch(entry.name):
+        return False
+    try:
+        return stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 # What a row's values can make Arrow or the JSON encoder raise; a full disk is an OSError, not one of these.
