@@ -175,3 +175,40 @@ def test_a_link_put_in_place_after_the_checks_is_still_not_followed(tmp_path: Pa
     with pytest.raises(UsageError, match="is a symbolic link"):
         ResultFiles(tmp_path / "results").write(1, [{"row_index": 0, "error": None}])
     assert sorted(path.name for path in outside.iterdir()) == ["keep.txt"] and target.read_bytes() == OUTSIDE_BYTES
+
+
+LINKED_ENTRIES = ["job.json", "ledger.jsonl", ".lock", "stats.json", "shards", ".job.json.tmp", ".stats.json.tmp",
+                  "shards/shard-000001.parquet", "shards/.shard-000003.parquet.tmp", "job-2-of-4.json",
+                  "ledger-2-of-4.jsonl", ".lock-2-of-4", "stats-2-of-4.json", "shards-2-of-4",
+                  "shards-2-of-4/shard-000001.parquet"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["run", "status", "status --verify", "export"])
+def test_every_entry_linked_anywhere_is_refused_by_every_command(capsys, tmp_path, run, command) -> None:
+    """Each of the job's files, of a whole job and of a shard, as a link to a file, a folder or nothing."""
+    whole, shard = tmp_path / "whole", tmp_path / "shard"
+    for base, flags in ((whole, []), (shard, ["--num-shards", "4", "--shard", "2"])):
+        assert run(*flags)[0] == 0
+        (tmp_path / "out").rename(base)
+    for case, (name, target) in enumerate((n, t) for n in LINKED_ENTRIES for t in ("file", "dir", "dangling")):
+        sharded = "2-of-4" in name
+        out, outside = tmp_path / "out", tmp_path / f"outside{case}"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(shard if sharded else whole, out)
+        outside.mkdir()
+        (outside / "keep.txt").write_bytes(OUTSIDE_BYTES)
+        link = out / name
+        if link.is_dir():
+            shutil.rmtree(link)
+        link.unlink(missing_ok=True)
+        link.symlink_to({"file": outside / "keep.txt", "dir": outside, "dangling": outside / "none"}[target])
+        if command == "run":
+            code, err = run(*(["--num-shards", "4", "--shard", "2"] if sharded else []))
+        else:
+            words = command.split()
+            code, _, err = invoke(capsys, words[0], out, *words[1:], *([tmp_path / "x.jsonl"] if words[0] == "export"
+                                                                        else []))
+        _refused_as_link(code, err, link)
+        assert [path.name for path in outside.iterdir()] == ["keep.txt"], (name, target)
+        assert (outside / "keep.txt").read_bytes() == OUTSIDE_BYTES and not (tmp_path / "x.jsonl").exists()
