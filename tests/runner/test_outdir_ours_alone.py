@@ -45,6 +45,16 @@ def _refused_as_link(code: int, err: str, link: Path) -> None:
     assert f"{link}: is a symbolic link" in one_line_error(code, err), err
 
 
+@pytest.mark.parametrize("name", ["ledger.jsonl", "job.json", ".lock"])
+def test_a_fifo_in_place_of_a_job_file_is_refused_not_waited_on(capsys, tmp_path, run, name) -> None:
+    assert run()[0] == 0
+    out = tmp_path / "out"
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    for code, err in [run(), invoke(capsys, "status", out)[::2]]:
+        assert f"{out / name}: is not a regular file" in one_line_error(code, err)
+
+
 def test_a_results_folder_linked_elsewhere_is_refused_and_its_files_kept(capsys, tmp_path, run, outside) -> None:
     assert run()[0] == 0
     out = tmp_path / "out"

@@ -164,7 +164,7 @@ def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> No
 def _check_ours_alone(directory: JobDir) -> None:
     """Before anything is written or deleted: no links among the job's files, and nothing in its results
     folder that bulkinfer did not write (a run deletes the files of its own that the ledger does not list)."""
-    directory.refuse_links()
+    directory.check_entries()
     foreign = ResultFiles(directory.results_path).foreign()
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""

@@ -137,7 +137,7 @@ def load_union(output: Path) -> JobUnion:
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
-    directories[0].refuse_links()  # before reading any of them
+    directories[0].check_entries()  # before reading any of them
     manifests = [directory.read_job() for directory in directories]
     counts = {directory.shard.count for directory in directories}
     if len(counts) > 1 or any(manifest["fingerprint"] != manifests[0]["fingerprint"] for manifest in manifests):

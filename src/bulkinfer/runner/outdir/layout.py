@@ -42,9 +42,10 @@ class JobDir:
         """Whether anything but the files of bulkinfer runs is here."""
         return any(not _OUR_NAMES.fullmatch(path.name) for path in self.root.iterdir())
 
-    def refuse_links(self) -> None:
+    def check_entries(self) -> None:
         """Raises UsageError naming the first of bulkinfer's entries here (of any shard) or file in a
-        results folder that is a symbolic link (see no_links)."""
+        results folder that is a symbolic link (see no_links), or a FIFO, socket or device where a
+        file should be (opening it could hang)."""
         for path in sorted(self.root.iterdir()):
             if not _OUR_NAMES.fullmatch(path.name):
                 continue
@@ -54,6 +55,9 @@ class JobDir:
                 linked = next((inner for inner in sorted(path.iterdir()) if inner.is_symlink()), None)
                 if linked is not None:
                     raise UsageError(link_refusal(linked))
+            elif not path.is_file():
+                raise UsageError(f"{path}: is not a regular file, so it is not bulkinfer's; move it away, or "
+                                 f"choose another --output")
 
     def siblings(self) -> list[JobDir]:
         """Every shard with a job here (this one included, if it has one), in shard order."""

@@ -3,7 +3,7 @@
 A link in place of the ledger, the lock, a results folder or a result file would make a run write,
 truncate or delete the file it points to, outside the directory, and make status and export read a
 foreign file as a result. So a run, status and export refuse a directory whose entries are links
-(`JobDir.refuse_links`), and every file in it is opened with O_NOFOLLOW (`open_no_follow`), which also
+(`JobDir.check_entries`), and every file in it is opened with O_NOFOLLOW (`open_no_follow`), which also
 refuses a link put there after the check.
 
 The output directory itself may be a link: the user named it.
@@ -33,9 +33,10 @@ def open_no_follow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644, dir_
         raise
 
 
-def read_no_follow(path: Path) -> IO[bytes]:
-    """`path` open for reading in binary, refused if it is a link."""
-    return os.fdopen(open_no_follow(path), "rb")
+def read_no_follow(path: Path, dir_fd: int | None = None) -> IO[bytes]:
+    """`path` open for reading in binary, refused if it is a link. O_NONBLOCK: a FIFO put in a file's
+    place must not hang the open (it changes nothing for a regular file)."""
+    return os.fdopen(open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd), "rb")
 
 
 def link_refusal(path: Path) -> str:

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from bulkinfer.durable import sync_file
 from bulkinfer.runner.columns import ROW_INDEX
-from bulkinfer.runner.outdir.no_links import open_no_follow
+from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl"}
 # The names of the files bulkinfer writes in a results folder: result files and their temporary names.
@@ -174,9 +174,8 @@ class ResultFiles:
             os.close(folder)
 
     def _reader(self, name: str) -> IO[bytes]:
-        # O_NONBLOCK: a FIFO put under a result file's name must not hang the open.
         with self._folder() as folder:
-            return os.fdopen(open_no_follow(self.directory / name, os.O_RDONLY | os.O_NONBLOCK, dir_fd=folder), "rb")
+            return read_no_follow(self.directory / name, dir_fd=folder)
 
 
 def _ours(entry: os.DirEntry) -> bool:
