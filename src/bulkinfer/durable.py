@@ -22,10 +22,15 @@ def sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def publish(tmp: Path, final: Path) -> None:
-    """Rename a fully written, fsynced temporary file into place, durably."""
-    os.replace(tmp, final)
-    sync_dir(final.parent)
+def publish(tmp: Path, final: Path, dir_fd: int | None = None) -> None:
+    """Rename a fully written, fsynced temporary file into place, durably. With `dir_fd`, an open
+    folder, both are taken as names in it: a link put in place of the folder's path cannot redirect."""
+    if dir_fd is None:
+        os.replace(tmp, final)
+        sync_dir(final.parent)
+    else:
+        os.replace(tmp.name, final.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

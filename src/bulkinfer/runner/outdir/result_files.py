@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bulkinfer.durable import sync_file
+from bulkinfer.durable import publish, sync_file
 from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 
@@ -84,8 +84,7 @@ class ResultFiles:
             handle.seek(0)
             errors = sum(row.get("error") is not None for row in rows)
             written = WrittenFile(path.name, os.fstat(handle.fileno()).st_size, file_digest(handle), errors)
-            os.replace(tmp.name, path.name, src_dir_fd=folder, dst_dir_fd=folder)
-            os.fsync(folder)
+            publish(tmp, path, dir_fd=folder)
         return written
 
 
