@@ -37,11 +37,11 @@ def _arm(point: str, nth: int) -> None:
 
     publish, append = result_files.publish, ledger.Ledger.append
 
-    def torn_file(tmp, final):  # the temporary file written, half of it on disk, not yet renamed
+    def torn_file(tmp, final, **folder):  # the temporary file written, half of it on disk, not yet renamed
         if is_nth():
             os.truncate(tmp, os.path.getsize(tmp) // 2)
             _die()
-        publish(tmp, final)
+        publish(tmp, final, **folder)
 
     def ledger_append(self, commit):
         if is_nth():

@@ -48,6 +48,8 @@ def status_command(
               f"{status.rows_failed:,} with errors{left}")
         for damage in status.damaged:
             print(f"  damaged: {damage}")
+        for path in status.foreign:
+            print(f"  not written by bulkinfer: {path} (runs refuse to start until it is moved away)")
         if status.damaged:
             print("  to repair: run the job again with the same command; it redoes exactly the rows of damaged files")
         elif verify:

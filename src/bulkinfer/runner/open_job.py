@@ -73,6 +73,7 @@ def open_job(config: JobConfig) -> OpenJob:
     if not directory.siblings() and directory.holds_other_files():
         raise UsageError(f"{directory.root}: exists, is not empty and holds no bulkinfer job; "
                          f"choose an empty or new --output directory")
+    _check_ours_alone(directory)
     lock = JobLock(directory.lock_path)
     lock.acquire()
     try:
@@ -172,6 +173,17 @@ def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> No
     if inside:
         raise UsageError(f"--output {config.output} is inside the input {inside[0]} (or holds it): the job would "
                          f"read its own results; choose an --output outside every --input")
+
+
+def _check_ours_alone(directory: JobDir) -> None:
+    """Before anything is written or deleted: no links among the job's files, and nothing in its results
+    folder that bulkinfer did not write (a run deletes the files of its own that the ledger does not list)."""
+    directory.check_entries()
+    foreign = ResultFiles(directory.results_path).foreign()
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise UsageError(f"{foreign[0]}{more}: not written by bulkinfer, in a results folder that holds only "
+                         f"bulkinfer's files; move it out of {directory.root}, then rerun")
 
 
 def _check_siblings(directory: JobDir, current: dict[str, Any]) -> None:

@@ -114,14 +114,16 @@ class JobStatus:
     missing_shards: list[int] = field(default_factory=list)  # never started
     unfinished_shards: list[int] = field(default_factory=list)  # started, not done
     damaged: list[str] = field(default_factory=list)  # damaged result files, each with why, and damaged ledgers
+    foreign: list[str] = field(default_factory=list)  # what bulkinfer did not write in a results folder
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         if self.num_shards == 1:  # a job run whole reads as it always has
             for key in ("num_shards", "missing_shards", "unfinished_shards"):
                 del record[key]
-        if not self.damaged:
-            del record["damaged"]
+        for key in ("damaged", "foreign"):
+            if not record[key]:
+                del record[key]
         return record
 
 
@@ -139,14 +141,16 @@ def job_status(output: Path, verify: bool = False) -> JobStatus:
         state = "complete"
     else:
         state = "interrupted"
+    foreign = [str(path) for shard in union.shards for path in ResultFiles(shard.directory.results_path).foreign()]
     return JobStatus(union.rows_total, rows_done, union.rows_failed, state, union.num_shards, union.missing,
-                     union.unfinished, damaged)
+                     union.unfinished, damaged, foreign)
 
 
 def load_union(output: Path) -> JobUnion:
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
+    directories[0].check_entries()  # before reading any of them
     progresses = [load_progress(directory.ledger_path) for directory in directories]
     manifests = [directory.read_job(progress) for directory, progress in zip(directories, progresses)]
     counts = {directory.shard.count for directory in directories}

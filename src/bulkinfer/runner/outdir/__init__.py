@@ -12,9 +12,10 @@ at once on one directory, each with its own lock and ledger, and each resumes on
 
 Invariants, kept by writing in this order (commit.py): a result file is written to a temporary
 name, fsynced and renamed into place; only then is its ledger line appended and fsynced. So every
-file the ledger lists exists in full; a file it does not list is left over from a crash and is
-deleted on the next start; a torn last ledger line fails its checksum and is cut off. A row is
-done once its file's ledger line is durable, and no row is in two committed files.
+file the ledger lists exists in full; a file of ours it does not list is left over from a crash and
+is deleted on the next start (bulkinfer deletes only its own files: anything else there stops a
+run); a torn last ledger line fails its checksum and is cut off. A row is done once its file's
+ledger line is durable, and no row is in two committed files. No link in the directory is followed.
 
     layout.py        where each file lives; job.json, and which copy of the job record to trust
     lock.py          one run per directory (or per shard)
@@ -22,4 +23,5 @@ done once its file's ledger line is durable, and no row is in two committed file
     result_files.py  rows to Parquet or JSONL files and back
     ledger.py        the ledger, and what it says is done
     commit.py        finished rows -> a result file + a ledger line
+    no_links.py      no symbolic link in the directory is ever followed
 """

@@ -19,6 +19,7 @@ from typing import Any
 from bulkinfer.durable import sync_dir, write_atomic
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.outdir.ledger import Damaged, JobProgress, job_id, load_progress, read_records
+from bulkinfer.runner.outdir.no_links import link_refusal, read_no_follow
 from bulkinfer.runner.shards import WHOLE, Shard
 
 MANIFEST_VERSION = 1
@@ -30,6 +31,7 @@ _JOB_FILE_NAME = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl)")
 # stats.json is the CLI's end-of-run report (bulkinfer.cli.summary).
 _OUR_NAMES = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl|shards{_SUFFIX}|\.lock{_SUFFIX}"
                         rf"|\.job{_SUFFIX}\.json\.tmp|stats{_SUFFIX}\.json|\.stats{_SUFFIX}\.json\.tmp)")
+_RESULTS_FOLDER = re.compile(rf"shards{_SUFFIX}")
 
 
 class JobDir:
@@ -53,6 +55,23 @@ class JobDir:
         if any(not _OUR_NAMES.fullmatch(path.name) for path in self.root.iterdir()):
             return True
         return any(not shard.has_job() and shard._holds_records() for shard in self._named_shards())
+
+    def check_entries(self) -> None:
+        """Raises UsageError naming the first of bulkinfer's entries here (of any shard) or file in a
+        results folder that is a symbolic link (see no_links), or a FIFO, socket or device where a
+        file should be (opening it could hang)."""
+        for path in sorted(self.root.iterdir()):
+            if not _OUR_NAMES.fullmatch(path.name):
+                continue
+            if path.is_symlink():
+                raise UsageError(link_refusal(path))
+            if _RESULTS_FOLDER.fullmatch(path.name) and path.is_dir():
+                linked = next((inner for inner in sorted(path.iterdir()) if inner.is_symlink()), None)
+                if linked is not None:
+                    raise UsageError(link_refusal(linked))
+            elif not path.is_file():
+                raise UsageError(f"{path}: is not a regular file, so it is not bulkinfer's; move it away, or "
+                                 f"choose another --output")
 
     def siblings(self) -> list[JobDir]:
         """Every shard with a job here (this one included, if it has one), in shard order."""
@@ -101,7 +120,8 @@ class JobDir:
     def read_manifest(self) -> dict[str, Any] | None:
         """job.json as it is on disk, if it is a sound job record."""
         try:
-            manifest = json.loads(self.manifest_path.read_bytes())
+            with read_no_follow(self.manifest_path) as handle:
+                manifest = json.loads(handle.read())
         except (OSError, ValueError):
             return None
         return manifest if _is_manifest(manifest) else None

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from bulkinfer.durable import sync_dir, sync_file
+from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
 
 
@@ -176,8 +177,9 @@ class Ledger:
         for record, end in _scan(path):
             kept = end
             last_job = record if isinstance(record, dict) else last_job
-        created = not path.exists()
-        self._handle: IO[bytes] = open(path, "ab", buffering=0)
+        created = not os.path.lexists(path)
+        self._handle: IO[bytes] = os.fdopen(open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab",
+                                            buffering=0)
         if self._handle.tell() > kept:
             self._handle.truncate(kept)
             sync_file(self._handle)
@@ -203,7 +205,7 @@ class Ledger:
     def written_only_by_us(self) -> bool:
         """Whether the file at our path is still ours and holds nothing we did not append."""
         try:
-            stat = self.path.stat()
+            stat = self.path.lstat()  # a link put in its place is not ours
         except FileNotFoundError:
             return False
         return stat.st_ino == os.fstat(self._handle.fileno()).st_ino and stat.st_size == self._size
@@ -226,10 +228,12 @@ class Ledger:
 def _scan(path: Path) -> Iterator[tuple[Record, int]]:
     """Each record with the byte offset just past its line. A line that fails its checksum is Damaged,
     except a last line with no newline that is not a sound line either: a crash tore it."""
-    if not path.exists():
+    try:
+        handle = read_no_follow(path)
+    except FileNotFoundError:
         return
     offset = 0
-    with open(path, "rb") as handle:
+    with handle:
         for number, line in enumerate(handle, 1):
             offset += len(line)
             record = _decode(line)
@@ -240,7 +244,7 @@ def _scan(path: Path) -> Iterator[tuple[Record, int]]:
 
 
 def _byte_at(path: Path, offset: int) -> bytes:
-    with open(path, "rb") as handle:
+    with read_no_follow(path) as handle:
         handle.seek(offset)
         return handle.read(1)
 

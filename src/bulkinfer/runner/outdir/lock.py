@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class JobLock:
     def acquire(self) -> None:
         """Raises UsageError naming the holder when another live run has the directory."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
         except PermissionError:
             raise UsageError(f"{self.path.parent}: the output directory cannot be written (permission denied); "
                              f"choose another --output") from None
@@ -69,7 +70,7 @@ class JobLock:
     def held(self) -> bool:
         """Whether the file at our path is still the one we locked (not deleted, not replaced)."""
         try:
-            return self._fd is not None and os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+            return self._fd is not None and os.lstat(self.path).st_ino == os.fstat(self._fd).st_ino
         except FileNotFoundError:
             return False
 
@@ -82,9 +83,10 @@ class JobLock:
 
 def current_holder(path: Path) -> Holder | None:
     """Who holds the lock now, without taking it (except for the instant the test needs)."""
-    if not path.exists():
+    try:
+        fd = open_no_follow(path, os.O_RDWR)
+    except FileNotFoundError:
         return None
-    fd = os.open(path, os.O_RDWR)
     try:
         return None if _try_flock(fd, path) else read_holder(path)
     finally:
@@ -93,7 +95,8 @@ def current_holder(path: Path) -> Holder | None:
 
 def read_holder(path: Path) -> Holder | None:
     try:
-        return Holder(**json.loads(path.read_text()))
+        with read_no_follow(path) as handle:
+            return Holder(**json.loads(handle.read()))
     except (OSError, ValueError, TypeError):
         return None
 

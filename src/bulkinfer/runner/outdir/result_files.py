@@ -1,9 +1,11 @@
 """Result files: rows written to Parquet or JSONL, durably, and read back by position.
 
 A file is written to a temporary name, fsynced, then renamed into place. It only counts once the
-ledger records it, with its size and SHA-256; files the ledger does not know (left by a crash
+ledger records it, with its size and SHA-256; files of ours the ledger does not know (left by a crash
 between rename and ledger append, or mid-write) are deleted on the next start, and a listed file
-whose bytes are no longer those is found by `damage`.
+whose bytes are no longer those is found by `damage`. Anything else in the folder was not written by
+bulkinfer and is never deleted (`foreign`). Files are opened in the folder without following a link
+at the folder or at the file (no_links).
 
 Rows are dicts, possibly with uneven keys and types, as JSONL gives them. Columns of a Parquet input
 keep its Arrow types exactly (`input_types`: nanosecond timestamps, decimals, maps). Any other
@@ -20,18 +22,25 @@ import hashlib
 import io
 import json
 import math
+import os
+import re
+import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bulkinfer.durable import publish, sync_dir, sync_file
+from bulkinfer.durable import publish, sync_file
 from bulkinfer.runner.columns import ROW_INDEX
+from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl"}
+# The names of the files bulkinfer writes in a results folder: result files and their temporary names.
+_OUR_FILE = re.compile(r"shard-\d{6,}\.(?:parquet|jsonl)|\.shard-\d{6,}\.(?:parquet|jsonl)\.tmp")
 _READ_CHUNK = 1 << 20
 
 
@@ -59,7 +68,8 @@ class ResultFiles:
         path = self.path_of(seq)
         tmp = path.with_name(f".{path.name}.tmp")
         rows = sorted(rows, key=lambda row: row[ROW_INDEX])  # so export's range reads touch few row groups
-        with open(tmp, "wb") as handle:
+        with self._folder() as folder, \
+                os.fdopen(open_no_follow(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, dir_fd=folder), "w+b") as handle:
             try:
                 self._write_rows(handle, rows)
             except OSError:
@@ -71,40 +81,47 @@ class ResultFiles:
                 handle.truncate()
                 self._write_rows(handle, rows)
             sync_file(handle)
-        errors = sum(row.get("error") is not None for row in rows)
-        written = WrittenFile(path.name, tmp.stat().st_size, file_digest(tmp), errors)
-        publish(tmp, path)
+            handle.seek(0)
+            errors = sum(row.get("error") is not None for row in rows)
+            written = WrittenFile(path.name, os.fstat(handle.fileno()).st_size, file_digest(handle), errors)
+            publish(tmp, path, dir_fd=folder)
         return written
 
 
     def damage(self, name: str, size: int | None, digest: str | None) -> str | None:
         """Why the file is not what was committed (missing, another size, other bytes); None if it is."""
-        path = self.directory / name
-        if not path.is_file():
+        try:
+            handle = self._reader(name)
+        except (FileNotFoundError, NotADirectoryError):  # the folder or the file
             return "missing"
-        if size is not None and path.stat().st_size != size:
-            return f"{path.stat().st_size:,} bytes where {size:,} were committed"
-        if digest is not None and file_digest(path) != digest:
-            return "its bytes differ from those committed"
+        with handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return "not a file"
+            actual = info.st_size
+            if size is not None and actual != size:
+                return f"{actual:,} bytes where {size:,} were committed"
+            if digest is not None and file_digest(handle) != digest:
+                return "its bytes differ from those committed"
         return None
 
     def row_ids(self, name: str) -> list[int]:
         """The row positions the file holds, in its order."""
-        path = self.directory / name
-        if path.suffix == ".parquet":
-            return pq.read_table(path, columns=[ROW_INDEX]).column(ROW_INDEX).to_pylist()
-        return _read_jsonl(path).column(ROW_INDEX).to_pylist()
+        with self._reader(name) as handle:
+            if name.endswith(".parquet"):
+                return pq.read_table(handle, columns=[ROW_INDEX]).column(ROW_INDEX).to_pylist()
+            return _read_jsonl(handle).column(ROW_INDEX).to_pylist()
 
     def schema(self, name: str) -> pa.Schema:
-        path = self.directory / name
-        return pq.read_schema(path) if path.suffix == ".parquet" else _read_jsonl(path).schema
+        with self._reader(name) as handle:
+            return pq.read_schema(handle) if name.endswith(".parquet") else _read_jsonl(handle).schema
 
     def read_range(self, name: str, start: int, stop: int) -> pa.Table:
         """The file's rows with positions in [start, stop)."""
-        path = self.directory / name
-        if path.suffix == ".parquet":
-            return pq.read_table(path, filters=[(ROW_INDEX, ">=", start), (ROW_INDEX, "<", stop)])
-        table = _read_jsonl(path)
+        with self._reader(name) as handle:
+            if name.endswith(".parquet"):
+                return pq.read_table(handle, filters=[(ROW_INDEX, ">=", start), (ROW_INDEX, "<", stop)])
+            table = _read_jsonl(handle)
         positions = table.column(ROW_INDEX)
         return table.filter(pc.and_(pc.greater_equal(positions, start), pc.less(positions, stop)))
 
@@ -127,14 +144,48 @@ class ResultFiles:
             handle.writelines(json_line(row) for row in rows)
 
     def remove_except(self, committed: set[str]) -> None:
-        """Delete result and temporary files the ledger does not list."""
-        removed = False
-        for path in self.directory.iterdir():
-            if path.name not in committed:
-                path.unlink()
-                removed = True
-        if removed:
-            sync_dir(self.directory)
+        """Delete our result and temporary files that the ledger does not list; nothing else."""
+        with self._folder() as folder:
+            leftovers = [entry.name for entry in os.scandir(folder)
+                         if _ours(entry) and entry.name not in committed]
+            for name in leftovers:
+                os.unlink(name, dir_fd=folder)
+            if leftovers:
+                os.fsync(folder)
+
+    def foreign(self) -> list[Path]:
+        """What is in the folder that bulkinfer did not write (another name, a folder, a link), by name;
+        nothing if there is no folder, the folder's own name if it is a file."""
+        try:
+            with self._folder() as folder:
+                return sorted(self.directory / entry.name for entry in os.scandir(folder) if not _ours(entry))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return [self.directory]
+
+    @contextmanager
+    def _folder(self) -> Iterator[int]:
+        folder = open_no_follow(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            yield folder
+        finally:
+            os.close(folder)
+
+    def _reader(self, name: str) -> IO[bytes]:
+        with self._folder() as folder:
+            return read_no_follow(self.directory / name, dir_fd=folder)
+
+
+def _ours(entry: os.DirEntry) -> bool:
+    """A regular file (not a link, not a folder) under a name bulkinfer gives its files; or one that
+    was there when listed and is gone (a run renamed its temporary file meanwhile)."""
+    if not _OUR_FILE.fullmatch(entry.name):
+        return False
+    try:
+        return stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 # What a row's values can make Arrow or the JSON encoder raise; a full disk is an OSError, not one of these.
@@ -157,11 +208,11 @@ def _short_columns(table: pa.Table) -> list[str]:
             or (pc.max(pc.binary_length(column)).as_py() or 0) <= _LONG_TEXT]
 
 
-def file_digest(path: Path) -> str:
+def file_digest(handle: IO[bytes]) -> str:
+    """SHA-256 of what is left to read in `handle`, hex."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_READ_CHUNK):
-            digest.update(chunk)
+    while chunk := handle.read(_READ_CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -224,9 +275,8 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _read_jsonl(path: Path) -> pa.Table:
-    with open(path, "rb") as handle:
-        return rows_to_table([json.loads(line) for line in handle])
+def _read_jsonl(handle: IO[bytes]) -> pa.Table:
+    return rows_to_table([json.loads(line) for line in handle])
 
 
 def _column(values: list[Any], declared: pa.DataType | None = None) -> pa.Array:
