@@ -4,14 +4,11 @@ import random
 from pathlib import Path
 
 import pytest
-from runner_files import read_results
+from runner_files import committed_job, read_results
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
-from bulkinfer.runner.outdir.layout import JobDir, new_manifest
-from bulkinfer.runner.outdir.ledger import Ledger, make_commit
 from bulkinfer.runner.outdir.result_files import ResultFiles
-from bulkinfer.runner.shards import WHOLE
 
 
 def _result(index: int) -> dict:
@@ -22,16 +19,7 @@ def _result(index: int) -> dict:
 
 def _job(root: Path, shards: list[list[int]], rows_total: int, fmt: str = "parquet") -> Path:
     """A job directory whose ledger commits the given shards (lists of row positions)."""
-    directory = JobDir(root)
-    directory.create_root()
-    directory.write_manifest(new_manifest({}, [], rows_total, WHOLE))
-    store, ledger = ResultFiles(directory.results_path, fmt), Ledger(directory.ledger_path)
-    for seq, rows in enumerate(shards, 1):
-        results = [_result(i) for i in rows]
-        written = store.write(seq, results)
-        ledger.append(make_commit(seq, written.name, rows, written.errors, written.size, written.digest))
-    ledger.close()
-    return root
+    return committed_job(root, [[_result(i) for i in rows] for rows in shards], rows_total, fmt)
 
 
 @pytest.mark.parametrize("fmt, destination", [("parquet", "out.parquet"), ("jsonl", "out.jsonl"),

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
+from bulkinfer.runner.outdir.layout import JobDir
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, conform, json_line, unified_schema
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
@@ -35,12 +36,14 @@ class ExportResult:
 
 
 def export_job(output: Path, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS) -> ExportResult:
-    union = load_union(output)
+    destination = export_destination(destination)
     fmt = _destination_format(destination)
+    union = load_union(output)
     _check_exportable(output, union, partial)
     spans = list(union.result_files())
     schema = unified_schema((files.schema(span.file) for files, span in spans), result_columns(union.task))
     tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
+    claim(tmp, destination)
     try:
         rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
         if rows != union.rows_done:
@@ -71,9 +74,43 @@ def _destination_format(destination: Path) -> str:
         raise UsageError(f"{destination}: name it .parquet or .jsonl (optionally .jsonl.gz or .jsonl.zst)")
     if fmt == "parquet" and destination.name.lower().endswith(COMPRESSION_SUFFIXES):
         raise UsageError(f"{destination}: Parquet compresses internally; name it .parquet")
+    return fmt
+
+
+def export_destination(destination: Path) -> Path:
+    """The file to export to, with `~` expanded; one line if it cannot be one: a directory, a place with
+    no folder, or a place inside a job's output directory, whose files only bulkinfer writes."""
+    destination = destination.expanduser()
+    if destination.is_dir():
+        raise UsageError(f"{destination}: is a directory; name the file to write")
     if not destination.parent.is_dir():
         raise UsageError(f"{destination.parent}: no such directory")
-    return fmt
+    job = _enclosing_job(destination)
+    if job is not None:
+        raise UsageError(f"{destination}: inside the job output directory {job}, where only bulkinfer writes; "
+                         f"export to a file outside it")
+    return destination
+
+
+def _enclosing_job(path: Path) -> Path | None:
+    """The output directory that holds `path`, or what it links to: the nearest folder up with a job's files."""
+    for folder in (path.parent.resolve(), path.resolve().parent):
+        for place in (folder, *folder.parents):
+            try:
+                if JobDir(place).siblings():
+                    return place
+            except OSError:  # a folder we may not list holds no job of ours
+                continue
+    return None
+
+
+def claim(tmp: Path, destination: Path) -> None:
+    """Create `tmp`, the file written before it becomes `destination`, so a place the user cannot write
+    to is one line."""
+    try:
+        tmp.touch()
+    except OSError as exc:
+        raise UsageError(f"{destination}: cannot be written ({exc.strerror or exc})") from None
 
 
 def _chunks(spans: list[tuple[ResultFiles, Commit]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
