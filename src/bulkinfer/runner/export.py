@@ -21,7 +21,7 @@ from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
 from bulkinfer.runner.outdir.layout import JobDir
 from bulkinfer.runner.outdir.ledger import Commit
-from bulkinfer.runner.outdir.result_files import ResultFiles, conform, json_line, unified_schema
+from bulkinfer.runner.outdir.result_files import ResultFiles, conform, fits, json_line, unified_schema
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
 from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
 
@@ -41,7 +41,7 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
     union = load_union(output)
     _check_exportable(output, union, partial)
     spans = list(union.result_files())
-    schema = unified_schema((files.schema(span.file) for files, span in spans), result_columns(union.task))
+    schema = _job_schema(spans, result_columns(union.task))
     tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
     claim(tmp, destination)
     try:
@@ -111,6 +111,21 @@ def claim(tmp: Path, destination: Path) -> None:
         tmp.touch()
     except OSError as exc:
         raise UsageError(f"{destination}: cannot be written ({exc.strerror or exc})") from None
+
+
+def _job_schema(spans: list[tuple[ResultFiles, Commit]], results: tuple[str, ...]) -> pa.Schema:
+    """The schema every committed file fits into. A column that some file's values cannot take the common
+    type of (an int beyond 2**53 where another file holds floats) is text, as if those rows had shared a file."""
+    schemas = [files.schema(span.file) for files, span in spans]
+    schema = unified_schema(schemas, results)
+    for (files, span), own in zip(spans, schemas):
+        for field in own:
+            index = schema.get_field_index(field.name)
+            target = schema.field(index).type
+            if field.type != target and target != pa.string() and not fits(files.read_column(span.file, field.name),
+                                                                          target):
+                schema = schema.set(index, pa.field(field.name, pa.string()))
+    return schema
 
 
 def _chunks(spans: list[tuple[ResultFiles, Commit]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:

@@ -108,6 +108,11 @@ class ResultFiles:
         positions = table.column(ROW_INDEX)
         return table.filter(pc.and_(pc.greater_equal(positions, start), pc.less(positions, stop)))
 
+    def read_column(self, name: str, column: str) -> pa.ChunkedArray:
+        path = self.directory / name
+        table = pq.read_table(path, columns=[column]) if path.suffix == ".parquet" else _read_jsonl(path)
+        return table.column(column)
+
     def _fits(self, row: dict[str, Any]) -> bool:
         try:
             self._write_rows(io.BytesIO(), [row])
@@ -184,6 +189,28 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _canonical(value: Any) -> Any:
+    """The value as a text column writes it, whichever rows shared its file: where ints and floats met,
+    Arrow holds them all as floats, and where dicts met, each holds every key of the others, as null.
+    So whole-number floats are ints and null members are left out, however deep."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= _EXACT else value
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items() if item is not None}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(item) for item in value]
+    return value
+
+
+_EXACT = 2 ** 53  # beyond it, Arrow refuses to hold an int as a float
+
+
+def _has_empty_dict(value: Any) -> bool:
+    if isinstance(value, dict):
+        return not value or any(_has_empty_dict(item) for item in value.values())
+    return isinstance(value, (list, tuple)) and any(_has_empty_dict(item) for item in value)
+
+
 def json_default(value: Any) -> Any:
     """Values Parquet inputs may hold that JSON has no type for: bytes as base64, the rest as text."""
     if isinstance(value, (bytes, bytearray)):
@@ -237,7 +264,7 @@ def _column(values: list[Any], declared: pa.DataType | None = None) -> pa.Array:
             pass  # a JSONL input's values under the same name: inferred like any other column
     try:
         array = pa.array(values)
-        if _storable(array.type):
+        if _storable(array.type) and not _fills_empty_dicts(array.type, values):
             return array
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
@@ -253,16 +280,24 @@ def _common_type(types: list[pa.DataType]) -> pa.DataType:
 
 
 def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    # Text from the values themselves, never Arrow's cast (2.0 -> "2", where a file that also held a
+    # string wrote "2.0"): a row's text must not depend on which rows shared its file.
+    return _as_text(column.to_pylist()) if target == pa.string() else column.cast(target)
+
+
+def fits(column: pa.ChunkedArray, target: pa.DataType) -> bool:
+    """Whether every value of the column can be held as `target`: an int beyond 2**53 cannot be a float."""
     try:
-        return column.cast(target)
+        column.cast(target)
+        return True
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        if target != pa.string():
-            raise
-        return _as_text(column.to_pylist())
+        return False
 
 
 def _as_text(values: list[Any]) -> pa.Array:
-    return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, default=json_default)
+    """A column's values as text, the one rule for a column whose values have no type in common:
+    strings as they are, anything else as JSON of its canonical form (2.0 as 2, no null members)."""
+    return pa.array([v if v is None or isinstance(v, str) else json.dumps(_canonical(v), default=json_default)
                      for v in values], pa.string())
 
 
@@ -273,3 +308,14 @@ def _storable(data_type: pa.DataType) -> bool:
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         return _storable(data_type.value_type)
     return True
+
+
+def _fills_empty_dicts(data_type: pa.DataType, values: list[Any]) -> bool:
+    """Whether an empty dict sits among others: here it would hold their keys as nulls, and in a file
+    of its own it is text, `{}`; as text in both, it does not depend on which rows shared its file."""
+    return _has_struct(data_type) and any(_has_empty_dict(value) for value in values)
+
+
+def _has_struct(data_type: pa.DataType) -> bool:
+    return pa.types.is_struct(data_type) or (
+        (pa.types.is_list(data_type) or pa.types.is_large_list(data_type)) and _has_struct(data_type.value_type))
