@@ -201,7 +201,8 @@ def test_export_is_the_same_however_the_run_split_rows_into_files(capsys, tmp_pa
     for shard_rows in (1, 3, 10_000):  # one sequence at a time, so that rows finish one by one
         out, file = tmp_path / f"out-{shard_rows}", tmp_path / f"{shard_rows}.jsonl"
         code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(data), "--output", str(out),
-                             "--max-tokens", "1", "--max-num-seqs", "1", "--shard-rows", str(shard_rows))
+                             "--max-tokens", "1", "--temperature", "0", "--max-num-seqs", "1",
+                             "--shard-rows", str(shard_rows))
         assert code == 0, err
         assert len(committed(out / "ledger.jsonl")) == -(-len(values) // shard_rows)
         assert _main(capsys, "export", str(out), str(file))[0] == 0
