@@ -32,6 +32,10 @@ from bulkinfer.durable import publish, sync_dir, sync_file
 from bulkinfer.runner.columns import ROW_INDEX
 
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl"}
+# Values (rows x columns) a result file holds at most. Its rows are held as a table to write it and
+# to read any of them back, and rows of distinct JSONL keys make a column each: 10,000 such rows in
+# one file would be 100 million values, nearly all null.
+FILE_CELLS = 4_000_000
 _READ_CHUNK = 1 << 20
 
 
@@ -162,6 +166,11 @@ def _short_columns(table: pa.Table) -> list[str]:
             or (pc.max(pc.binary_length(column)).as_py() or 0) <= _LONG_TEXT]
 
 
+def rows_within(cells: int, columns: int) -> int:
+    """The most rows whose values, `columns` to a row, fit in `cells` (at least one row)."""
+    return max(1, cells // max(1, columns))
+
+
 def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -240,14 +249,34 @@ def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...]) -> pa
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The table with exactly the schema's columns, in its order; missing columns are null."""
+    return widened([narrowed(table, schema)], schema)
+
+
+def narrowed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Only the table's columns that hold a value (row_index always), each of the schema's type: rows with
+    thousands of distinct JSONL keys are mostly nulls, which need not be held."""
+    types = dict(zip(schema.names, schema.types))
+    return pa.table({name: column if column.type == types[name] else _cast(column, types[name])
+                     for name, column in zip(table.column_names, table.columns)
+                     if name == ROW_INDEX or column.null_count < len(column)})
+
+
+def widened(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """The tables one after another, with exactly the schema's columns in its order. A column a table
+    lacks is null there, from one array per type and length: 20,000 absent keys cost no memory."""
+    nulls: dict[tuple[pa.DataType, int], pa.Array] = {}
+    present = [dict(zip(table.column_names, table.columns)) for table in tables]
     columns = []
     for field in schema:
-        if field.name not in table.column_names:
-            columns.append(pa.nulls(table.num_rows, field.type))
-        elif table.schema.field(field.name).type == field.type:
-            columns.append(table.column(field.name))
-        else:
-            columns.append(_cast(table.column(field.name), field.type))
+        chunks = []
+        for table, columns_of in zip(tables, present):
+            column = columns_of.get(field.name)
+            if column is None:
+                column = nulls.setdefault((field.type, table.num_rows), pa.nulls(table.num_rows, field.type))
+                chunks.append(column)
+            else:
+                chunks.extend(column.chunks)
+        columns.append(pa.chunked_array(chunks, field.type))
     return pa.table(columns, schema=schema)
 
 
