@@ -182,5 +182,6 @@ def _write(path: Path, fmt: str, schema: pa.Schema, tables: Iterator[pa.Table]) 
 
 
 def _write_jsonl(stream: IO[bytes], table: pa.Table) -> None:
-    for batch in table.to_batches(max_chunksize=rows_within(JSONL_CELLS, table.num_columns)):
-        stream.write(b"".join(json_line(row) for row in batch.to_pylist()))
+    rows = rows_within(JSONL_CELLS, table.num_columns)
+    for start in range(0, table.num_rows, rows):
+        stream.write(b"".join(json_line(row) for row in table.slice(start, rows).to_pylist()))
