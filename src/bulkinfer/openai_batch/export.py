@@ -14,7 +14,8 @@ from bulkinfer.engine.tokenizer import load_tokenizer
 from bulkinfer.openai_batch.convert import requests_path
 from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
-from bulkinfer.runner.export import ExportResult, claim, export_destination, export_job
+from bulkinfer.runner.destination import claim, export_destination
+from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.outdir.layout import JobDir
 from bulkinfer.runner.status import job_root
 

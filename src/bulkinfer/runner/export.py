@@ -2,7 +2,9 @@
 
 Result files hold rows in the order they finished, so export walks the row positions in chunks and,
 for each chunk, reads only the files whose span overlaps it: memory stays bounded by a chunk and a
-few files, however large the job. Every file is first checked against the ledger (size, SHA-256,
+few files, however large the job, and a chunk holds only the columns with a value, however many
+distinct keys the rows have. What is written depends on the committed rows alone, not on how they
+were split into files. Every file is first checked against the ledger (size, SHA-256,
 rows), and the rows written are counted against the ledger's: damaged results are never exported.
 """
 
@@ -19,7 +21,7 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
-from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.runner.destination import claim, export_destination
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import (ResultFiles, fits, json_line, narrowed, rows_within,
                                                      unified_schema, widened)
@@ -78,42 +80,6 @@ def _destination_format(destination: Path) -> str:
     if fmt == "parquet" and destination.name.lower().endswith(COMPRESSION_SUFFIXES):
         raise UsageError(f"{destination}: Parquet compresses internally; name it .parquet")
     return fmt
-
-
-def export_destination(destination: Path) -> Path:
-    """The file to export to, with `~` expanded; one line if it cannot be one: a directory, a place with
-    no folder, or a place inside a job's output directory, whose files only bulkinfer writes."""
-    destination = destination.expanduser()
-    if destination.is_dir():
-        raise UsageError(f"{destination}: is a directory; name the file to write")
-    if not destination.parent.is_dir():
-        raise UsageError(f"{destination.parent}: no such directory")
-    job = _enclosing_job(destination)
-    if job is not None:
-        raise UsageError(f"{destination}: inside the job output directory {job}, where only bulkinfer writes; "
-                         f"export to a file outside it")
-    return destination
-
-
-def _enclosing_job(path: Path) -> Path | None:
-    """The output directory that holds `path`, or what it links to: the nearest folder up with a job's files."""
-    for folder in (path.parent.resolve(), path.resolve().parent):
-        for place in (folder, *folder.parents):
-            try:
-                if JobDir(place).siblings():
-                    return place
-            except OSError:  # a folder we may not list holds no job of ours
-                continue
-    return None
-
-
-def claim(tmp: Path, destination: Path) -> None:
-    """Create `tmp`, the file written before it becomes `destination`, so a place the user cannot write
-    to is one line."""
-    try:
-        tmp.touch()
-    except OSError as exc:
-        raise UsageError(f"{destination}: cannot be written ({exc.strerror or exc})") from None
 
 
 def _job_schema(spans: list[tuple[ResultFiles, Commit]], results: tuple[str, ...]) -> pa.Schema:
