@@ -9,7 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bulkinfer.runner.outdir.ledger import Commit, read_records
+from bulkinfer.runner.outdir.layout import JobDir, new_manifest
+from bulkinfer.runner.outdir.ledger import Commit, Ledger, make_commit, read_records
+from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.shards import WHOLE
 
 
 def write_jsonl(path: Path, rows: list[Any], blank_every: int = 0) -> Path:
@@ -52,3 +55,17 @@ def prompts(count: int) -> list[dict[str, Any]]:
 def committed(ledger: Path) -> list[Commit]:
     """Every commit record of a ledger, in order, voided ones included."""
     return [record for record in read_records(ledger) if isinstance(record, Commit)]
+
+
+def committed_job(root: Path, files: list[list[dict[str, Any]]], rows_total: int, fmt: str = "parquet") -> Path:
+    """An output directory whose ledger commits one result file per list of rows (dicts with a row_index)."""
+    directory = JobDir(root)
+    directory.create_root()
+    directory.write_manifest(new_manifest({}, [], rows_total, WHOLE))
+    store, ledger = ResultFiles(directory.results_path, fmt), Ledger(directory.ledger_path)
+    for seq, rows in enumerate(files, 1):
+        written = store.write(seq, rows)
+        ids = [row["row_index"] for row in rows]
+        ledger.append(make_commit(seq, written.name, ids, written.errors, written.size, written.digest))
+    ledger.close()
+    return root

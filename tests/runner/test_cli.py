@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from runner_files import prompts, read_results, write_jsonl
+from runner_files import committed, prompts, read_results, write_jsonl
 
 from bulkinfer.cli import main
 
@@ -192,3 +192,20 @@ def test_an_output_directory_that_cannot_be_written_is_one_line(capsys, tiny_lla
                          str(unwritable))
     assert (code, err) == (2, f"bulkinfer: error: {unwritable}: the output directory cannot be written "
                               f"(permission denied); choose another --output\n")
+
+
+def test_export_is_the_same_however_the_run_split_rows_into_files(capsys, tmp_path: Path, tiny_llama: Path) -> None:
+    values = [2.0, "two", 3, [1, 2.0], {"a": 1.0}, True, None]
+    data = write_jsonl(tmp_path / "mixed.jsonl", [{"prompt": f"p{i}", "v": v} for i, v in enumerate(values)])
+    exported = set()
+    for shard_rows in (1, 3, 10_000):  # one sequence at a time, so that rows finish one by one
+        out, file = tmp_path / f"out-{shard_rows}", tmp_path / f"{shard_rows}.jsonl"
+        code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", str(data), "--output", str(out),
+                             "--max-tokens", "1", "--temperature", "0", "--max-num-seqs", "1",
+                             "--shard-rows", str(shard_rows))
+        assert code == 0, err
+        assert len(committed(out / "ledger.jsonl")) == -(-len(values) // shard_rows)
+        assert _main(capsys, "export", str(out), str(file))[0] == 0
+        exported.add(file.read_bytes())
+    assert len(exported) == 1
+    assert [row["v"] for row in read_results(file)] == ["2", "two", "3", "[1, 2]", '{"a": 1}', "true", None]

@@ -4,14 +4,11 @@ import random
 from pathlib import Path
 
 import pytest
-from runner_files import read_results
+from runner_files import committed_job, read_results
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
-from bulkinfer.runner.outdir.layout import JobDir, new_manifest
-from bulkinfer.runner.outdir.ledger import Ledger, make_commit
 from bulkinfer.runner.outdir.result_files import ResultFiles
-from bulkinfer.runner.shards import WHOLE
 
 
 def _result(index: int) -> dict:
@@ -22,16 +19,7 @@ def _result(index: int) -> dict:
 
 def _job(root: Path, shards: list[list[int]], rows_total: int, fmt: str = "parquet") -> Path:
     """A job directory whose ledger commits the given shards (lists of row positions)."""
-    directory = JobDir(root)
-    directory.create_root()
-    directory.write_manifest(new_manifest({}, [], rows_total, WHOLE))
-    store, ledger = ResultFiles(directory.results_path, fmt), Ledger(directory.ledger_path)
-    for seq, rows in enumerate(shards, 1):
-        results = [_result(i) for i in rows]
-        written = store.write(seq, results)
-        ledger.append(make_commit(seq, written.name, rows, written.errors, written.size, written.digest))
-    ledger.close()
-    return root
+    return committed_job(root, [[_result(i) for i in rows] for rows in shards], rows_total, fmt)
 
 
 @pytest.mark.parametrize("fmt, destination", [("parquet", "out.parquet"), ("jsonl", "out.jsonl"),
@@ -78,3 +66,44 @@ def _export(out: Path, tmp_path: Path) -> Path:
     destination = tmp_path / "exported.parquet"
     export_job(out, destination)
     return destination
+
+
+MIXES = {  # a column's values, by what JSONL lines can mix in one key
+    "float and text": [2.0, "two", 3.5, None],
+    "int and float": [1, 2.5, 3, None],
+    "int, float and text": [1, 2.5, "x", 4.0],
+    "bool and int": [True, 1, False, 0],
+    "bool and text": [True, "yes", None],
+    "int beyond 2**53 and float": [2**60 + 1, 0.5, 7],
+    "list and text": [[1, 2.5], "x", [3]],
+    "list of mixed": [[1, "a"], [2.0], [None]],
+    "dict and text": [{"a": 1}, {"a": 2.5, "b": "y"}, "x", None],
+    "dicts with clashing keys": [{"a": 1}, {"a": "one"}, {"a": 2.0}],
+    "dict and list": [{"a": [1]}, [1, 2]],
+    "null and list": [None, [1.0], []],
+    "empty and other dicts": [{}, {"a": 1}, {"b": {}}, {"b": {"c": 2}}],
+    "dicts with null members": [{"a": None}, {"b": 1}, "x"],
+}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+@pytest.mark.parametrize("mix", MIXES)
+def test_export_does_not_depend_on_how_rows_were_split_into_files(tmp_path: Path, mix: str, fmt: str) -> None:
+    values = MIXES[mix]
+    rows = [{"row_index": i, "value": values[i % len(values)], "error": None} for i in range(12)]
+    exports = {}
+    for rows_per_file in (1, 3, 12):
+        files = [rows[start:start + rows_per_file] for start in range(0, 12, rows_per_file)]
+        out = committed_job(tmp_path / f"job-{rows_per_file}", files, rows_total=12, fmt=fmt)
+        for destination in ("out.jsonl", "out.parquet"):
+            export_job(out, tmp_path / f"{rows_per_file}-{destination}")
+            exports.setdefault(destination, set()).add((tmp_path / f"{rows_per_file}-{destination}").read_bytes())
+    assert [len(contents) for contents in exports.values()] == [1, 1]
+
+
+def test_a_float_column_with_text_writes_whole_numbers_as_integers(tmp_path: Path) -> None:
+    rows = [{"row_index": 0, "value": 2.0, "error": None}, {"row_index": 1, "value": "two", "error": None},
+            {"row_index": 2, "value": [2.0, 2.5], "error": None}]
+    for name, files in [("apart", [[row] for row in rows]), ("together", [rows])]:
+        export_job(committed_job(tmp_path / name, files, rows_total=3), tmp_path / f"{name}.jsonl")
+        assert [row["value"] for row in read_results(tmp_path / f"{name}.jsonl")] == ["2", "two", "[2, 2.5]"]

@@ -14,28 +14,36 @@ from bulkinfer.engine.tokenizer import load_tokenizer
 from bulkinfer.openai_batch.convert import requests_path
 from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
+from bulkinfer.runner.destination import claim, export_destination
 from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.runner.status import job_root
 
 
 def export_openai_batch(output: Path, destination: Path, partial: bool = False) -> ExportResult:
     """The job's rows through the runner's export (order, completeness), then mapped line by line."""
+    output, destination = job_root(output), export_destination(destination)
     created = int(time.time())
     decode = _lazy_decoder(output)
-    with tempfile.TemporaryDirectory(dir=destination.parent) as scratch:
-        rows_file = Path(scratch) / "rows.jsonl"
-        result = export_job(output, rows_file, partial=partial)
-        tmp = Path(scratch) / "out.jsonl"
-        with open(rows_file, "rb") as rows, open(tmp, "wb") as out:
-            for line in rows:
-                out.write(json.dumps(output_line(json.loads(line), created, decode)).encode() + b"\n")
-            sync_file(out)
-        publish(tmp, destination)
+    tmp = destination.with_name(f".tmp-{destination.name}")
+    claim(tmp, destination)
+    try:
+        with tempfile.TemporaryDirectory(dir=destination.parent) as scratch:
+            rows_file = Path(scratch) / "rows.jsonl"
+            result = export_job(output, rows_file, partial=partial)
+            with open(rows_file, "rb") as rows, open(tmp, "wb") as out:
+                for line in rows:
+                    out.write(json.dumps(output_line(json.loads(line), created, decode)).encode() + b"\n")
+                sync_file(out)
+            publish(tmp, destination)
+    finally:
+        tmp.unlink(missing_ok=True)
     return result
 
 
 def is_batch_job(output: Path) -> bool:
     """Whether the job in `output` runs an OpenAI batch file: its one input is the request table made for it."""
+    output = job_root(output)
     directories = JobDir(output).siblings()
     inputs = directories[0].read_job()["inputs"] if directories else []
     return [item["path"] for item in inputs] == [str(requests_path(output))]

@@ -146,7 +146,16 @@ def job_status(output: Path, verify: bool = False) -> JobStatus:
                      union.unfinished, damaged, foreign)
 
 
+def job_root(output: Path) -> Path:
+    """The output directory the user named, with `~` expanded; one line if there is no directory there."""
+    output = output.expanduser()
+    if not output.is_dir():
+        raise UsageError(f"{output}: {'not a directory' if output.exists() else 'no such directory'}")
+    return output
+
+
 def load_union(output: Path) -> JobUnion:
+    output = job_root(output)
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")

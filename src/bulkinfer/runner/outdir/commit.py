@@ -8,11 +8,12 @@ from typing import Any, Callable
 from bulkinfer.errors import disk_error
 from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, make_commit
-from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.outdir.result_files import FILE_CELLS, ResultFiles
 
 
 class Committer:
-    """The age limit bounds what a crash can lose to `commit_seconds` of work; the count limit bounds memory.
+    """The age limit bounds what a crash can lose to `commit_seconds` of work; the count limits (rows, and
+    rows x distinct columns) bound memory.
 
     A commit that fails (a full disk, an I/O error) raises RunError and is not tried again by this run:
     its rows stay out of the ledger and are done again by the next run, so none is committed twice.
@@ -31,6 +32,7 @@ class Committer:
         self.check_owner = check_owner
         self.clock = clock
         self._rows: list[dict[str, Any]] = []
+        self._columns: set[str] = set()
         self._errors = 0
         self._since = clock()
         self._failed = False
@@ -45,10 +47,12 @@ class Committer:
 
     def add(self, row: dict[str, Any]) -> None:
         self._rows.append(row)
+        self._columns.update(row)
         self._errors += row["error"] is not None
 
     def commit_if_due(self) -> None:
-        if len(self._rows) >= self.max_rows or self.clock() - self._since >= self.commit_seconds:
+        if (len(self._rows) >= self.max_rows or len(self._rows) * len(self._columns) >= FILE_CELLS
+                or self.clock() - self._since >= self.commit_seconds):
             self.commit()
 
     def commit(self) -> None:
@@ -70,5 +74,5 @@ class Committer:
         except OSError as exc:
             raise disk_error(exc, str(self.ledger.path)) from None
         self.progress.record(commit)
-        self._rows, self._errors, self._failed = [], 0, False
+        self._rows, self._columns, self._errors, self._failed = [], set(), 0, False
 

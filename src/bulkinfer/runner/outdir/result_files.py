@@ -41,6 +41,10 @@ from bulkinfer.runner.outdir.no_links import open_no_follow, read_no_follow
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl"}
 # The names of the files bulkinfer writes in a results folder: result files and their temporary names.
 _OUR_FILE = re.compile(r"shard-\d{6,}\.(?:parquet|jsonl)|\.shard-\d{6,}\.(?:parquet|jsonl)\.tmp")
+# Values (rows x columns) a result file holds at most. Its rows are held as a table to write it and
+# to read any of them back, and rows of distinct JSONL keys make a column each: 10,000 such rows in
+# one file would be 100 million values, nearly all null.
+FILE_CELLS = 4_000_000
 _READ_CHUNK = 1 << 20
 
 
@@ -125,6 +129,11 @@ class ResultFiles:
         positions = table.column(ROW_INDEX)
         return table.filter(pc.and_(pc.greater_equal(positions, start), pc.less(positions, stop)))
 
+    def read_column(self, name: str, column: str) -> pa.ChunkedArray:
+        with self._reader(name) as handle:
+            table = pq.read_table(handle, columns=[column]) if name.endswith(".parquet") else _read_jsonl(handle)
+        return table.column(column)
+
     def _fits(self, row: dict[str, Any]) -> bool:
         try:
             self._write_rows(io.BytesIO(), [row])
@@ -208,6 +217,11 @@ def _short_columns(table: pa.Table) -> list[str]:
             or (pc.max(pc.binary_length(column)).as_py() or 0) <= _LONG_TEXT]
 
 
+def rows_within(cells: int, columns: int) -> int:
+    """The most rows whose values, `columns` to a row, fit in `cells` (at least one row)."""
+    return max(1, cells // max(1, columns))
+
+
 def file_digest(handle: IO[bytes]) -> str:
     """SHA-256 of what is left to read in `handle`, hex."""
     digest = hashlib.sha256()
@@ -233,6 +247,28 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(item) for item in value]
     return value
+
+
+def _canonical(value: Any) -> Any:
+    """The value as a text column writes it, whichever rows shared its file: where ints and floats met,
+    Arrow holds them all as floats, and where dicts met, each holds every key of the others, as null.
+    So whole-number floats are ints and null members are left out, however deep."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= _EXACT else value
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items() if item is not None}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(item) for item in value]
+    return value
+
+
+_EXACT = 2 ** 53  # beyond it, Arrow refuses to hold an int as a float
+
+
+def _has_empty_dict(value: Any) -> bool:
+    if isinstance(value, dict):
+        return not value or any(_has_empty_dict(item) for item in value.values())
+    return isinstance(value, (list, tuple)) and any(_has_empty_dict(item) for item in value)
 
 
 def json_default(value: Any) -> Any:
@@ -264,14 +300,34 @@ def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...]) -> pa
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The table with exactly the schema's columns, in its order; missing columns are null."""
+    return widened([narrowed(table, schema)], schema)
+
+
+def narrowed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Only the table's columns that hold a value (row_index always), each of the schema's type: rows with
+    thousands of distinct JSONL keys are mostly nulls, which need not be held."""
+    types = dict(zip(schema.names, schema.types))
+    return pa.table({name: column if column.type == types[name] else _cast(column, types[name])
+                     for name, column in zip(table.column_names, table.columns)
+                     if name == ROW_INDEX or column.null_count < len(column)})
+
+
+def widened(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """The tables one after another, with exactly the schema's columns in its order. A column a table
+    lacks is null there, from one array per type and length: 20,000 absent keys cost no memory."""
+    nulls: dict[tuple[pa.DataType, int], pa.Array] = {}
+    present = [dict(zip(table.column_names, table.columns)) for table in tables]
     columns = []
     for field in schema:
-        if field.name not in table.column_names:
-            columns.append(pa.nulls(table.num_rows, field.type))
-        elif table.schema.field(field.name).type == field.type:
-            columns.append(table.column(field.name))
-        else:
-            columns.append(_cast(table.column(field.name), field.type))
+        chunks = []
+        for table, columns_of in zip(tables, present):
+            column = columns_of.get(field.name)
+            if column is None:
+                column = nulls.setdefault((field.type, table.num_rows), pa.nulls(table.num_rows, field.type))
+                chunks.append(column)
+            else:
+                chunks.extend(column.chunks)
+        columns.append(pa.chunked_array(chunks, field.type))
     return pa.table(columns, schema=schema)
 
 
@@ -287,7 +343,7 @@ def _column(values: list[Any], declared: pa.DataType | None = None) -> pa.Array:
             pass  # a JSONL input's values under the same name: inferred like any other column
     try:
         array = pa.array(values)
-        if _storable(array.type):
+        if _storable(array.type) and not _fills_empty_dicts(array.type, values):
             return array
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
@@ -303,16 +359,24 @@ def _common_type(types: list[pa.DataType]) -> pa.DataType:
 
 
 def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    # Text from the values themselves, never Arrow's cast (2.0 -> "2", where a file that also held a
+    # string wrote "2.0"): a row's text must not depend on which rows shared its file.
+    return _as_text(column.to_pylist()) if target == pa.string() else column.cast(target)
+
+
+def fits(column: pa.ChunkedArray, target: pa.DataType) -> bool:
+    """Whether every value of the column can be held as `target`: an int beyond 2**53 cannot be a float."""
     try:
-        return column.cast(target)
+        column.cast(target)
+        return True
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        if target != pa.string():
-            raise
-        return _as_text(column.to_pylist())
+        return False
 
 
 def _as_text(values: list[Any]) -> pa.Array:
-    return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, default=json_default)
+    """A column's values as text, the one rule for a column whose values have no type in common:
+    strings as they are, anything else as JSON of its canonical form (2.0 as 2, no null members)."""
+    return pa.array([v if v is None or isinstance(v, str) else json.dumps(_canonical(v), default=json_default)
                      for v in values], pa.string())
 
 
@@ -323,3 +387,14 @@ def _storable(data_type: pa.DataType) -> bool:
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         return _storable(data_type.value_type)
     return True
+
+
+def _fills_empty_dicts(data_type: pa.DataType, values: list[Any]) -> bool:
+    """Whether an empty dict sits among others: here it would hold their keys as nulls, and in a file
+    of its own it is text, `{}`; as text in both, it does not depend on which rows shared its file."""
+    return _has_struct(data_type) and any(_has_empty_dict(value) for value in values)
+
+
+def _has_struct(data_type: pa.DataType) -> bool:
+    return pa.types.is_struct(data_type) or (
+        (pa.types.is_list(data_type) or pa.types.is_large_list(data_type)) and _has_struct(data_type.value_type))

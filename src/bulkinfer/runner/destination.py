@@ -1,0 +1,45 @@
+"""Where an export may write: a file of the user's, never inside a job's output directory, whose
+files only bulkinfer writes (replacing its ledger or a result file there would silently undo a job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bulkinfer.errors import UsageError
+from bulkinfer.runner.outdir.layout import JobDir
+
+
+def export_destination(destination: Path) -> Path:
+    """The file to export to, with `~` expanded; one line if it cannot be one: a directory, a place with
+    no folder, or a place inside a job's output directory, whose files only bulkinfer writes."""
+    destination = destination.expanduser()
+    if destination.is_dir():
+        raise UsageError(f"{destination}: is a directory; name the file to write")
+    if not destination.parent.is_dir():
+        raise UsageError(f"{destination.parent}: no such directory")
+    job = _enclosing_job(destination)
+    if job is not None:
+        raise UsageError(f"{destination}: inside the job output directory {job}, where only bulkinfer writes; "
+                         f"export to a file outside it")
+    return destination
+
+
+def _enclosing_job(path: Path) -> Path | None:
+    """The output directory that holds `path`, or what it links to: the nearest folder up with a job's files."""
+    for folder in (path.parent.resolve(), path.resolve().parent):
+        for place in (folder, *folder.parents):
+            try:
+                if JobDir(place).siblings():
+                    return place
+            except OSError:  # a folder we may not list holds no job of ours
+                continue
+    return None
+
+
+def claim(tmp: Path, destination: Path) -> None:
+    """Create `tmp`, the file written before it becomes `destination`, so a place the user cannot write
+    to is one line."""
+    try:
+        tmp.touch()
+    except OSError as exc:
+        raise UsageError(f"{destination}: cannot be written ({exc.strerror or exc})") from None
