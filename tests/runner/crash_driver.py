@@ -6,7 +6,8 @@ POINT is one of: none; shard-write (the N-th result file's temporary file is hal
 before-ledger (the N-th result file is renamed into place, its ledger line not yet written);
 ledger-write (half of the N-th ledger line is written); and, instead of a kill, a disk error at the
 N-th commit: file-write-enospc (writing a result file), file-fsync-eio (its fsync), ledger-write-enospc
-(half of a ledger line written), ledger-fsync-eio (the whole line written, then its fsync fails).
+(half of a ledger line written), ledger-fsync-eio (the whole line written, then its fsync fails); and
+input-grows: the --input file gets its first line again, appended right after the N-th ledger line.
 The runner itself has no hooks for this: the driver wraps its functions from outside, as a test
 double would.
 """
@@ -72,6 +73,15 @@ def _arm(point: str, nth: int) -> None:
             raise OSError(code, os.strerror(code))
         append(self, record)
 
+    def input_grows(self, record):
+        append(self, record)
+        if is_nth():
+            path = sys.argv[sys.argv.index("--input") + 1]
+            with open(path, "rb") as source:
+                first = source.readline()
+            with open(path, "ab") as handle:
+                handle.write(first)
+
     if point == "shard-write":
         result_files.publish = torn_file
     elif point in ("before-ledger", "ledger-write"):
@@ -82,6 +92,8 @@ def _arm(point: str, nth: int) -> None:
         result_files.sync_file = file_fsync_fails
     elif point in ("ledger-write-enospc", "ledger-fsync-eio"):
         ledger.Ledger.append = ledger_append_fails
+    elif point == "input-grows":
+        ledger.Ledger.append = input_grows
 
 
 if __name__ == "__main__":

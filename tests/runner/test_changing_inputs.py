@@ -10,8 +10,9 @@ from typing import Callable
 
 import pytest
 from runner_files import prompts, read_results, write_jsonl, write_parquet
+from subprocess_job import commits, start
 
-from bulkinfer.errors import RunError
+from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
@@ -98,6 +99,9 @@ def test_a_jsonl_input_changed_mid_run_stops_it_and_nothing_past_its_end_is_comm
     assert max(_committed_rows(out)) < ROWS
     assert job_status(out, verify=True).state == "interrupted"
     monkeypatch.undo()
+    with pytest.raises(UsageError) as refused:  # resuming on the changed file: refused before the model loads
+        run_job(_config(tiny_llama, data, out))
+    assert "\n" not in str(refused.value) and ("--force" in str(refused.value) or said == "was deleted")
     data.write_bytes(original)
     recorded = json.loads((out / "job.json").read_text())["inputs"][0]["mtime_ns"]
     os.utime(data, ns=(recorded, recorded))  # as a restore from a backup that keeps times would
@@ -114,3 +118,16 @@ def test_a_parquet_input_replaced_mid_run_stops_it(tmp_path: Path, tiny_llama: P
     with pytest.raises(RunError, match=f"{data}: grew"):
         run_job(_config(tiny_llama, data, out))
     assert max(_committed_rows(out)) < ROWS
+
+
+def test_the_command_line_says_it_in_one_line_and_exits_1(tmp_path: Path, tiny_llama: Path) -> None:
+    data = write_jsonl(tmp_path / "in.jsonl", prompts(ROWS))
+    out, size = tmp_path / "out", data.stat().st_size
+    process = start(tiny_llama, data, out, "input-grows", nth=1)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1, err
+    assert [line for line in err.splitlines() if "error" in line] == [
+        f"bulkinfer: error: {data}: grew from {size:,} to {data.stat().st_size:,} bytes since the "
+        f"job started; this run stops without committing more (what it committed is kept). Restore the file to go "
+        f"on, or rerun with --force or another --output to start over with the new data"], err
+    assert commits(out) == 1
