@@ -26,10 +26,10 @@ def _job_sampling() -> SamplingParams:
 
 @dataclass
 class JobConfig:
-    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.")
+    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.", path=True)
     input: list[str] = setting(help="Input file, directory or glob (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
-                                    "repeat for more.")
-    output: str = setting(help="Output directory; rerunning the same job on it resumes.")
+                                    "repeat for more.", path=True)
+    output: str = setting(help="Output directory; rerunning the same job on it resumes.", path=True)
     input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
                                              "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.
