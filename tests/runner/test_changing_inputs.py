@@ -93,7 +93,7 @@ def test_a_jsonl_input_changed_mid_run_stops_it_and_nothing_past_its_end_is_comm
         run_job(_config(tiny_llama, data, out))
     message = str(raised.value)
     assert f"{data}: {said}" in message and "\n" not in message
-    assert "Restore the file" in message and "--force" in message
+    assert "Put the file back as it was" in message and "--force" in message
     progress = load_progress(out / "ledger.jsonl")
     assert len(progress.files) == 1  # the commit before the change, and none after
     assert max(_committed_rows(out)) < ROWS
@@ -128,6 +128,7 @@ def test_the_command_line_says_it_in_one_line_and_exits_1(tmp_path: Path, tiny_l
     assert process.returncode == 1, err
     assert [line for line in err.splitlines() if "error" in line] == [
         f"bulkinfer: error: {data}: grew from {size:,} to {data.stat().st_size:,} bytes since the "
-        f"job started; this run stops without committing more (what it committed is kept). Restore the file to go "
-        f"on, or rerun with --force or another --output to start over with the new data"], err
+        f"job started; this run stops without committing more (what it committed is kept). Put the file back as "
+        f"it was, bytes and modification time (as cp -p restores them), to go on; or rerun with --force or "
+        f"another --output to start over with the new data"], err
     assert commits(out) == 1

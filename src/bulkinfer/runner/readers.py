@@ -89,8 +89,9 @@ def check_unchanged(files: Iterable[InputFile]) -> None:
 
 def _changed(file: InputFile, change: str) -> RunError:
     return RunError(f"{file.path}: {change} since the job started; this run stops without committing more "
-                    f"(what it committed is kept). Restore the file to go on, or rerun with --force or another "
-                    f"--output to start over with the new data")
+                    f"(what it committed is kept). Put the file back as it was, bytes and modification time "
+                    f"(as cp -p restores them), to go on; or rerun with --force or another --output to start "
+                    f"over with the new data")
 
 
 @dataclass
