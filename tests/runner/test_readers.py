@@ -96,3 +96,17 @@ def test_a_file_cut_short_while_read_is_refused_not_read_short(tmp_path: Path) -
     os.utime(path, ns=(mtime, mtime))  # same size and time as recorded, yet a row short: the count decides
     with pytest.raises(RunError, match="holds 3 rows where the job recorded 4"):
         list(read_rows(files, RowSet(), batch_rows=3))
+
+
+
+def test_a_compressed_file_cut_while_read_is_said_as_changed(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl.gz"
+    with gzip.open(path, "wt") as handle:  # random text: it does not compress, so the file outgrows a read buffer
+        handle.write("".join(f'{{"prompt": "{os.urandom(500).hex()}"}}\n' for _ in range(4000)))
+    files = scan_inputs(resolve_sources([str(path)]))
+    rows = read_rows(files, RowSet(), batch_rows=100)
+    next(rows)  # the file is open, its first megabyte read
+    with open(path, "r+b") as handle:  # in place, as a tool rewriting the file would leave it half way
+        handle.truncate(path.stat().st_size // 2)
+    with pytest.raises(RunError, match=r"in\.jsonl\.gz: shrank from .* bytes since the job started"):
+        list(rows)

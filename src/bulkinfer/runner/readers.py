@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
+from stat import S_ISREG
 from typing import IO, Any, Iterable, Iterator, Protocol
 
 import pyarrow as pa
@@ -70,6 +71,8 @@ class InputFile:
             return "was deleted"
         except OSError as exc:
             return f"can no longer be read ({exc.strerror})"
+        if not S_ISREG(stat.st_mode):
+            return "was replaced by something that is not a file"
         if stat.st_size != self.size:
             grew = stat.st_size > self.size
             return f"{'grew' if grew else 'shrank'} from {self.size:,} to {stat.st_size:,} bytes"
