@@ -14,6 +14,7 @@ from bulkinfer.cli.inspect_input import inspect_settings
 from bulkinfer.cli.jobfile import read_job_file, read_schema_file
 from bulkinfer.cli.options import given_options
 from bulkinfer.cli.run import run_settings
+from bulkinfer.runner.config import JobConfig
 
 
 @pytest.fixture
@@ -44,6 +45,11 @@ def test_every_path_setting_expands_from_flags_and_job_files(home: Path, tmp_pat
 
 def test_the_path_settings_of_run(home: Path) -> None:
     assert {s.name for s in run_settings() if s.is_path} == {"model", "input", "output", "json_schema"}
+
+
+def test_python_callers_get_home_paths_too(home: Path) -> None:
+    config = JobConfig.from_settings(model="~/model", input=["~/data"], output="~/out")
+    assert (config.model, config.input, config.output) == (str(home / "model"), [str(home / "data")], str(home / "out"))
 
 
 def test_a_schema_file_under_home_is_read_and_inline_json_is_left_alone(home: Path, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
 from bulkinfer.sampling_params import SamplingParams
-from bulkinfer.settings import Setting, check_choices, construct, setting, settings_of
+from bulkinfer.settings import Setting, check_choices, construct, expand_paths, setting, settings_of
 
 TASKS = ("generate", "score", "choice")
 
@@ -74,8 +74,10 @@ class JobConfig:
 
     @classmethod
     def from_settings(cls, **settings: Any) -> JobConfig:
-        """A JobConfig from flat settings (as flags and job files give them); the rest keep their defaults."""
+        """A JobConfig from flat settings (as flags and job files give them); the rest keep their defaults.
+        A leading ~ in a path setting is the user's home, as on the command line."""
         by_name = {s.name: s for s in job_settings()}
+        settings = expand_paths(job_settings(), settings)
         unknown = sorted(set(settings) - set(by_name))
         if unknown:
             raise UsageError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
