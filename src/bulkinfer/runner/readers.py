@@ -196,7 +196,7 @@ def _as_recorded(file: InputFile) -> Iterator[None]:
         raise
 
 
-def _fewer_rows(file: InputFile, found: int) -> RunError:
+def _rows_differ(file: InputFile, found: int) -> RunError:
     return _changed(file, file.change() or f"holds {found:,} rows where the job recorded {file.rows:,}")
 
 
@@ -205,7 +205,7 @@ def _read_parquet(file: InputFile, start: int, skip: RowsToSkip, batch_rows: int
     source, index = file.source, start
     parquet = _parquet(source)
     if parquet.metadata.num_rows != file.rows:
-        raise _fewer_rows(file, parquet.metadata.num_rows)
+        raise _rows_differ(file, parquet.metadata.num_rows)
     for batch in parquet.iter_batches(batch_size=batch_rows):
         stop = index + batch.num_rows
         if not skip.contains_all(index, stop):
@@ -270,7 +270,7 @@ def _read_jsonl(file: InputFile, start: int, skip: RowsToSkip, reserved: tuple[s
                 yield _parse_line(text, problem, index, f"{file.source.name} line {line_no}", reserved)
             index += 1
     if index < stop:
-        raise _fewer_rows(file, index - start)
+        raise _rows_differ(file, index - start)
 
 
 def _parse_line(text: str | None, problem: str | None, index: int, where: str,
