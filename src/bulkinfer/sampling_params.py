@@ -39,7 +39,7 @@ class SamplingParams:
     # Structured outputs (at most one): the output is made to match.
     json: str | dict | None = setting(None, "JSON Schema the output must validate against: a file, or the schema "
                                             "as JSON text; per row, a schema object or its JSON text.",
-                                      name="json_schema")
+                                      name="json_schema", path=True)
     json_object: bool = setting(False, "The output is a JSON object (any).")
     regex: str | None = setting(None, "Regular expression the whole output must match.")
     choice: list[str] | None = setting(None, "The output is exactly one of these strings; repeatable.",

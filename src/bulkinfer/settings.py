@@ -11,9 +11,11 @@ This module imports nothing heavy, so `bulkinfer --help` can build every flag wi
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Callable
 
 _NO_DEFAULT = dataclasses.MISSING
@@ -21,16 +23,17 @@ _NO_DEFAULT = dataclasses.MISSING
 
 def setting(default: Any = _NO_DEFAULT, help: str = "", *, factory: Callable[[], Any] | None = None,
             choices: tuple[str, ...] | None = None, name: str | None = None, job_default: Any = _NO_DEFAULT,
-            flag: str | None = None, per_row: bool = True) -> Any:
+            flag: str | None = None, per_row: bool = True, path: bool = False) -> Any:
     """A dataclass field that carries what the derived places need to know about it.
 
     name: the setting's name where one flat namespace holds every setting (flags, job-file keys,
     model_args), when the field's own name would clash there. job_default: a job's default, when it
     differs from the Python API's. flag: the flag's spelling, when it is not --field-name. per_row:
-    False for a sampling option that cannot come from a param column.
+    False for a sampling option that cannot come from a param column. path: the value names a file or
+    directory (a field typed Path is one without saying so), so a leading ~ in it is the user's home.
     """
     metadata = {"help": help, "choices": choices, "name": name, "job_default": job_default, "flag": flag,
-                "per_row": per_row}
+                "per_row": per_row, "path": path}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -50,6 +53,7 @@ class Setting:
     choices: tuple[str, ...] | None
     flag: str | None
     per_row: bool
+    names_path: bool
 
     @property
     def required(self) -> bool:
@@ -77,6 +81,11 @@ class Setting:
         return any(typing.get_origin(kind) is dict for kind in self.kinds)
 
     @property
+    def is_path(self) -> bool:
+        """Whether the value names a file or directory (or a list of them)."""
+        return self.names_path or (isinstance(self.item_type, type) and issubclass(self.item_type, PurePath))
+
+    @property
     def item_type(self) -> Any:
         """The element type of a list setting, the value type of anything else."""
         lists = [kind for kind in self.kinds if typing.get_origin(kind) is list]
@@ -95,8 +104,26 @@ def settings_of(cls: type) -> list[Setting]:
         default = meta.get("job_default", _NO_DEFAULT)
         found.append(Setting(meta.get("name") or spec.name, spec.name, cls, hints[spec.name],
                              own if default is _NO_DEFAULT else default, own, meta.get("help", ""),
-                             meta.get("choices"), meta.get("flag"), meta.get("per_row", True)))
+                             meta.get("choices"), meta.get("flag"), meta.get("per_row", True),
+                             meta.get("path", False)))
     return found
+
+
+def expand_paths(settings: list[Setting], values: dict[str, Any]) -> dict[str, Any]:
+    """`values` by setting name, with a leading ~ in each path setting's value made the user's home, as a
+    shell does for an unquoted flag: `output = "~/runs/a"` in a job file means `--output ~/runs/a`."""
+    paths = {s.name for s in settings if s.is_path}
+    return {name: expand_home(value) if name in paths else value for name, value in values.items()}
+
+
+def expand_home(value: Any) -> Any:
+    """A path (str or Path), or a list of them, with a leading ~ made the user's home; anything else as is."""
+    if isinstance(value, list):
+        return [expand_home(item) for item in value]
+    if isinstance(value, PurePath):
+        return value.expanduser()
+    # Only a leading ~: inline JSON text (json_schema takes a file or the schema) never starts with one.
+    return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
 
 
 def construct(cls: type, values: dict[str, Any], what: str) -> Any:

@@ -7,8 +7,9 @@ before-ledger (the N-th result file is renamed into place, its ledger line not y
 ledger-write (half of the N-th ledger line is written); and, instead of a kill, a disk error at the
 N-th commit: file-write-enospc (writing a result file), file-fsync-eio (its fsync), ledger-write-enospc
 (half of a ledger line written), ledger-fsync-eio (the whole line written, then its fsync fails);
-and ledger-disk-full: the disk that holds the output directory fills up just before the first commit
-line that needs a new page of it, so that the kernel itself refuses the append (on a small tmpfs).
+ledger-disk-full: the disk that holds the output directory fills up just before the first commit
+line that needs a new page of it, so that the kernel itself refuses the append (on a small tmpfs);
+and input-grows: the --input file gets its first line again, appended right after the N-th ledger line.
 The runner itself has no hooks for this: the driver wraps its functions from outside, as a test
 double would.
 """
@@ -81,6 +82,15 @@ def _arm(point: str, nth: int) -> None:
             _fill(self.path.parent.parent / "filler")
         append(self, record)
 
+    def input_grows(self, record):
+        append(self, record)
+        if is_nth():
+            path = sys.argv[sys.argv.index("--input") + 1]
+            with open(path, "rb") as source:
+                first = source.readline()
+            with open(path, "ab") as handle:
+                handle.write(first)
+
     if point == "shard-write":
         result_files.publish = torn_file
     elif point in ("before-ledger", "ledger-write"):
@@ -93,6 +103,8 @@ def _arm(point: str, nth: int) -> None:
         ledger.Ledger.append = ledger_append_fails
     elif point == "ledger-disk-full":
         ledger.Ledger.append = fill_disk_before_a_new_page
+    elif point == "input-grows":
+        ledger.Ledger.append = input_grows
 
 
 _PAGE = 4096  # tmpfs hands out whole pages: a write within the last one needs no free space

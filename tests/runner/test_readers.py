@@ -1,10 +1,12 @@
 import gzip
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from runner_files import write_jsonl, write_parquet
 
+from bulkinfer.errors import RunError
 from bulkinfer.runner.readers import read_rows, windows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import resolve_sources, scan_inputs
@@ -70,3 +72,41 @@ def test_done_rows_are_skipped_without_changing_positions(tmp_path: Path) -> Non
 @pytest.mark.parametrize("count, size, expected", [(0, 3, []), (7, 3, [3, 3, 1]), (6, 3, [3, 3])])
 def test_windows_split_the_stream(count: int, size: int, expected: list[int]) -> None:
     assert [len(window) for window in windows(iter(range(count)), size)] == expected
+
+
+def test_lines_appended_to_a_file_being_read_are_not_rows_of_the_job(tmp_path: Path) -> None:
+    first = write_jsonl(tmp_path / "a.jsonl", [{"prompt": f"a{i}"} for i in range(3)])
+    second = write_jsonl(tmp_path / "b.jsonl", [{"prompt": f"b{i}"} for i in range(3)])
+    files = scan_inputs(resolve_sources([str(first), str(second)]))
+    rows = read_rows(files, RowSet(), batch_rows=3)
+    taken = [next(rows)]  # a.jsonl is open
+    with open(first, "a") as handle:
+        handle.write('{"prompt": "late"}\n')
+    taken.extend(rows)
+    assert [row.index for row in taken] == list(range(6))
+    assert [row.values["prompt"] for row in taken] == ["a0", "a1", "a2", "b0", "b1", "b2"]
+
+
+def test_a_file_cut_short_while_read_is_refused_not_read_short(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": f"p{i}"} for i in range(4)])
+    files = scan_inputs(resolve_sources([str(path)]))
+    mtime = path.stat().st_mtime_ns
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + " " * (len(lines[3]) - 1) + "\n")  # the last row blanked out
+    os.utime(path, ns=(mtime, mtime))  # same size and time as recorded, yet a row short: the count decides
+    with pytest.raises(RunError, match="holds 3 rows where the job recorded 4"):
+        list(read_rows(files, RowSet(), batch_rows=3))
+
+
+
+def test_a_compressed_file_cut_while_read_is_said_as_changed(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl.gz"
+    with gzip.open(path, "wt") as handle:  # random text: it does not compress, so the file outgrows a read buffer
+        handle.write("".join(f'{{"prompt": "{os.urandom(500).hex()}"}}\n' for _ in range(4000)))
+    files = scan_inputs(resolve_sources([str(path)]))
+    rows = read_rows(files, RowSet(), batch_rows=100)
+    next(rows)  # the file is open, its first megabyte read
+    with open(path, "r+b") as handle:  # in place, as a tool rewriting the file would leave it half way
+        handle.truncate(path.stat().st_size // 2)
+    with pytest.raises(RunError, match=r"in\.jsonl\.gz: shrank from .* bytes since the job started"):
+        list(rows)

@@ -13,11 +13,13 @@ from bulkinfer.cli.batch_format import check_format
 from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status, shards_left
+from bulkinfer.settings import expand_home
 
 
 def export_command(
-    output: Path = typer.Argument(..., help="The job's output directory."),
-    file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst."),
+    output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
+    file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst.",
+                                callback=expand_home),
     partial: bool = typer.Option(False, "--partial", help="Export the rows done so far of an unfinished job."),
     format: Optional[str] = typer.Option(None, "--format", show_default=False,
                                          help="rows (every column) or openai-batch (OpenAI Batch API output "
@@ -33,7 +35,7 @@ def export_command(
 
 
 def status_command(
-    output: Path = typer.Argument(..., help="The job's output directory."),
+    output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a sentence."),
     verify: bool = typer.Option(False, "--verify", help="Also check every result file's bytes and rows against "
                                                         "the ledger (reads them all); exit 1 if any is damaged."),

@@ -21,7 +21,7 @@ from bulkinfer.runner.prompts import PromptRenderer
 from bulkinfer.runner.readers import Source, columns_of, read_rows, windows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import check_columns, resolve_sources, scan_inputs
-from bulkinfer.settings import Setting, setting, settings_of
+from bulkinfer.settings import Setting, expand_home, setting, settings_of
 
 WINDOW = 10_000  # rows tokenized per batch call
 
@@ -39,7 +39,7 @@ JOB_SETTINGS = ("prompt_column", "messages_column", "input_format", "max_tokens"
 @dataclass
 class InspectSettings:
     model: str | None = setting(None, "Count tokens with this model's tokenizer (default: none; lengths in "
-                                      "characters).")
+                                      "characters).", path=True)
     output_tok_s: float | None = setting(None, "Output tokens per second to expect, e.g. from a small run's "
                                                "stats.json or `bulkinfer bench`; gives the time, and with "
                                                "--hourly-cost the cost (default: none).")
@@ -66,7 +66,8 @@ def inspect_command(input: list[str], **options: Any) -> int:
 
 
 _INPUT = inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=list[str],
-                           default=typer.Argument(..., help="Input files, directories or globs, as for run --input."))
+                           default=typer.Argument(..., help="Input files, directories or globs, as for run --input.",
+                                                  callback=expand_home))
 inspect_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [_INPUT, *option_parameters(inspect_settings())], return_annotation=int)
 inspect_command.__annotations__ = {p.name: p.annotation for p in inspect_command.__signature__.parameters.values()}

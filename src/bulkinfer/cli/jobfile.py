@@ -6,7 +6,7 @@
     max_tokens = 8
 
 Paths are taken as written, relative to the directory `bulkinfer run` is started in, the same as
-flags. Flags given on the command line override the file's keys.
+flags; a leading ~ is the user's home. Flags given on the command line override the file's keys.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.errors import UsageError
-from bulkinfer.settings import Setting
+from bulkinfer.settings import Setting, expand_paths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +38,7 @@ def read_job_file(path: Path, settings: list[Setting]) -> dict[str, Any]:
         if key not in by_name:
             raise UsageError(f"{path}: unknown key {key}{_suggestion(key, list(by_name))}; "
                              f"`bulkinfer run --help` lists every setting")
-    return {key: _checked(path, by_name[key], value) for key, value in values.items()}
+    return expand_paths(settings, {key: _checked(path, by_name[key], value) for key, value in values.items()})
 
 
 def read_schema_file(settings: dict[str, Any]) -> dict[str, Any]:

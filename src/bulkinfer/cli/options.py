@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 
 from bulkinfer.errors import UsageError
-from bulkinfer.settings import Setting, check_choices, settings_of
+from bulkinfer.settings import Setting, check_choices, expand_paths, settings_of
 
 
 def option_parameters(settings: list[Setting]) -> list[inspect.Parameter]:
@@ -24,13 +24,14 @@ def option_parameters(settings: list[Setting]) -> list[inspect.Parameter]:
 
 
 def given_options(options: dict[str, Any], settings: list[Setting]) -> dict[str, Any]:
-    """The options that were given, in the settings' own forms (PARAM=COLUMN pairs become a dict)."""
+    """The options that were given, in the settings' own forms (PARAM=COLUMN pairs become a dict, a
+    leading ~ in a path the user's home)."""
     kinds = {s.name: s for s in settings}
     given = {name: value for name, value in options.items() if value not in (None, [])}
     for name, value in given.items():
         if name in kinds and kinds[name].is_dict:
             given[name] = parse_pairs(kinds[name], value)
-    return given
+    return expand_paths(settings, given)
 
 
 def take_settings(cls: type, values: dict[str, Any]) -> Any:

@@ -22,7 +22,7 @@ from bulkinfer.runner.config import JobConfig, job_settings
 from bulkinfer.runner.job import JobOutcome, run_job
 from bulkinfer.runner.shards import shard_of
 from bulkinfer.runner.signals import StopSignals
-from bulkinfer.settings import Setting, setting, settings_of
+from bulkinfer.settings import Setting, expand_home, setting, settings_of
 
 
 @dataclass
@@ -72,7 +72,8 @@ def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
 _JOB_FILE = inspect.Parameter("job_file", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[Path],
                               default=typer.Argument(None, metavar="[JOB.toml]", show_default=False,
                                                      help="TOML job file with the same settings as the flags, as "
-                                                          "flat keys (max_tokens = 64); flags override it."))
+                                                          "flat keys (max_tokens = 64); flags override it.",
+                                                     callback=expand_home))
 run_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [_JOB_FILE, *option_parameters(run_settings())], return_annotation=int)
 run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signature__.parameters.values()}

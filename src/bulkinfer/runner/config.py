@@ -14,7 +14,7 @@ from typing import Any
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
 from bulkinfer.sampling_params import SamplingParams
-from bulkinfer.settings import Setting, check_choices, construct, setting, settings_of
+from bulkinfer.settings import Setting, check_choices, construct, expand_paths, setting, settings_of
 
 TASKS = ("generate", "score", "choice")
 
@@ -26,10 +26,10 @@ def _job_sampling() -> SamplingParams:
 
 @dataclass
 class JobConfig:
-    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.")
+    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.", path=True)
     input: list[str] = setting(help="Input file, directory or glob (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
-                                    "repeat for more.")
-    output: str = setting(help="Output directory; rerunning the same job on it resumes.")
+                                    "repeat for more.", path=True)
+    output: str = setting(help="Output directory; rerunning the same job on it resumes.", path=True)
     input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
                                              "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.
@@ -74,8 +74,10 @@ class JobConfig:
 
     @classmethod
     def from_settings(cls, **settings: Any) -> JobConfig:
-        """A JobConfig from flat settings (as flags and job files give them); the rest keep their defaults."""
+        """A JobConfig from flat settings (as flags and job files give them); the rest keep their defaults.
+        A leading ~ in a path setting is the user's home, as on the command line."""
         by_name = {s.name: s for s in job_settings()}
+        settings = expand_paths(job_settings(), settings)
         unknown = sorted(set(settings) - set(by_name))
         if unknown:
             raise UsageError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")

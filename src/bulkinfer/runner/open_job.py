@@ -22,7 +22,7 @@ from bulkinfer.runner.outdir.layout import JobDir, new_manifest
 from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, job_id, load_progress
 from bulkinfer.runner.outdir.lock import JobLock
 from bulkinfer.runner.outdir.result_files import ResultFiles
-from bulkinfer.runner.readers import InputFile, Source, input_types
+from bulkinfer.runner.readers import InputFile, Source, check_unchanged, input_types
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import shard_of
 from bulkinfer.runner.sources import check_columns, identity_of, resolve_sources, scan_inputs
@@ -49,7 +49,13 @@ class OpenJob:
     def committer(self, config: JobConfig) -> Committer:
         files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files))
         return Committer(files, self.ledger, self.progress, config.shard_rows, config.commit_seconds,
-                         self.check_owner)
+                         self.check_before_commit)
+
+    def check_before_commit(self) -> None:
+        """Rows may be committed only by the owner of the directory, and only if read from the inputs the
+        job recorded: a file changed meanwhile may have given rows that are not the job's."""
+        self.check_owner()
+        check_unchanged(self.files)
 
     def check_owner(self) -> None:
         """Raises RunError when another run may be writing here: our lock file or ledger was replaced

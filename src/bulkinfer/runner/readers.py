@@ -4,22 +4,28 @@ at a time, so that a dataset is never loaded whole.
 A row's position in that stream, counted from 0 across the files in order, is its identity across
 runs. A row that cannot be read (not JSON, not Unicode, nested too deeply) becomes an error row; a
 file that cannot be read at all is the user's to repair, said in one line.
+
+Each file is read as the job recorded it at the start: a file whose size or modification time has
+changed since is refused (check_unchanged), and a read never goes past the file's recorded rows, so
+lines appended to a file being read are not taken for rows of the job.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
+from stat import S_ISREG
 from typing import IO, Any, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bulkinfer.errors import UsageError
+from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import reserved_clash, reserved_columns
 from bulkinfer.runner.rowset import RowSet
 
@@ -56,6 +62,40 @@ class InputFile:
     def identity(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if key != "rows"}
 
+    def change(self) -> str | None:
+        """How the file differs from when the job recorded it, or None. Size and modification time are
+        what tell a rerun that its input is the same (the job's fingerprint), so a run tells the same way."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return "was deleted"
+        except OSError as exc:
+            return f"can no longer be read ({exc.strerror})"
+        if not S_ISREG(stat.st_mode):
+            return "was replaced by something that is not a file"
+        if stat.st_size != self.size:
+            grew = stat.st_size > self.size
+            return f"{'grew' if grew else 'shrank'} from {self.size:,} to {stat.st_size:,} bytes"
+        if stat.st_mtime_ns != self.mtime_ns:
+            return "was modified (its size is the same, its modification time is not)"
+        return None
+
+
+def check_unchanged(files: Iterable[InputFile]) -> None:
+    """Raises RunError for the first file that is not as the job recorded it: rows read from it now
+    may not be the rows the job counted (a row's position is its identity)."""
+    for file in files:
+        change = file.change()
+        if change is not None:
+            raise _changed(file, change)
+
+
+def _changed(file: InputFile, change: str) -> RunError:
+    return RunError(f"{file.path}: {change} since the job started; this run stops without committing more "
+                    f"(what it committed is kept). Put the file back as it was, bytes and modification time "
+                    f"(as cp -p restores them), to go on; or rerun with --force or another --output to start "
+                    f"over with the new data")
+
 
 @dataclass
 class SourceRow:
@@ -82,10 +122,11 @@ def read_rows(files: list[InputFile], done: RowSet, batch_rows: int, wanted: ran
     start = 0
     for file in files:
         if not skipped.contains_all(start, start + file.rows):
-            if file.format == "parquet":
-                yield from _read_parquet(file.source, start, skipped, batch_rows)
-            else:
-                yield from _read_jsonl(file.source, start, skipped, reserved)
+            with _as_recorded(file):
+                if file.format == "parquet":
+                    yield from _read_parquet(file, start, skipped, batch_rows)
+                else:
+                    yield from _read_jsonl(file, start, skipped, reserved)
         start += file.rows
 
 
@@ -143,10 +184,29 @@ def input_types(files: list[InputFile]) -> dict[str, pa.DataType]:
     return types
 
 
-def _read_parquet(source: Source, start: int, skip: RowsToSkip, batch_rows: int) -> Iterator[SourceRow]:
+@contextmanager
+def _as_recorded(file: InputFile) -> Iterator[None]:
+    """Reading `file`, which must be as recorded: a failure to read it, when the file has changed
+    meanwhile, is said as that change."""
+    check_unchanged([file])
+    try:
+        yield
+    except (pa.ArrowException, OSError, EOFError, UsageError):
+        check_unchanged([file])
+        raise
+
+
+def _rows_differ(file: InputFile, found: int) -> RunError:
+    return _changed(file, file.change() or f"holds {found:,} rows where the job recorded {file.rows:,}")
+
+
+def _read_parquet(file: InputFile, start: int, skip: RowsToSkip, batch_rows: int) -> Iterator[SourceRow]:
     """Rows numbered from `start`; a record batch whose rows are all skipped is not even converted."""
-    index = start
-    for batch in _parquet(source).iter_batches(batch_size=batch_rows):
+    source, index = file.source, start
+    parquet = _parquet(source)
+    if parquet.metadata.num_rows != file.rows:
+        raise _rows_differ(file, parquet.metadata.num_rows)
+    for batch in parquet.iter_batches(batch_size=batch_rows):
         stop = index + batch.num_rows
         if not skip.contains_all(index, stop):
             for offset, (values, problem) in enumerate(_batch_rows(batch)):
@@ -194,19 +254,23 @@ def _temporal(data_type: pa.DataType) -> bool:
 _STORAGE = {32: pa.int32(), 64: pa.int64()}
 
 
-def _read_jsonl(source: Source, start: int, skip: RowsToSkip, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
-    """Rows numbered from `start`, skipped ones not even parsed; a row with a key in `reserved`
-    (a name the output needs) becomes an error row."""
-    index = start
-    with _open_lines(source.path) as lines:
+def _read_jsonl(file: InputFile, start: int, skip: RowsToSkip, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
+    """Rows numbered from `start` up to the file's recorded rows, skipped ones not even parsed; a row
+    with a key in `reserved` (a name the output needs) becomes an error row."""
+    index, stop = start, start + file.rows
+    with _open_lines(file.source.path) as lines:
         for line_no, raw in enumerate(lines, 1):
+            if index == stop:
+                return  # lines appended since the job started are not its rows
             if _blank(raw):
                 continue
             if index not in skip:
                 text, problem = _decoded(raw)
                 del raw  # so that a huge line is held once, as text, while it parses
-                yield _parse_line(text, problem, index, f"{source.name} line {line_no}", reserved)
+                yield _parse_line(text, problem, index, f"{file.source.name} line {line_no}", reserved)
             index += 1
+    if index < stop:
+        raise _rows_differ(file, index - start)
 
 
 def _parse_line(text: str | None, problem: str | None, index: int, where: str,

@@ -17,19 +17,19 @@ class Committer:
 
     A commit that fails (a full disk, an I/O error) raises RunError and is not tried again by this run:
     its rows stay out of the ledger and are done again by the next run, so none is committed twice.
-    `check_owner` is called before each commit and raises RunError if this run no longer owns the
-    directory.
+    `check` is called before each commit and raises RunError when this run may not commit: it no longer
+    owns the directory, or an input has changed under it.
     """
 
     def __init__(self, files: ResultFiles, ledger: Ledger, progress: JobProgress, max_rows: int,
-                 commit_seconds: float, check_owner: Callable[[], None] = lambda: None,
+                 commit_seconds: float, check: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.files = files
         self.ledger = ledger
         self.progress = progress
         self.max_rows = max_rows
         self.commit_seconds = commit_seconds
-        self.check_owner = check_owner
+        self.check = check
         self.clock = clock
         self._rows: list[dict[str, Any]] = []
         self._columns: set[str] = set()
@@ -61,7 +61,7 @@ class Committer:
         if not self._rows or self._failed:
             return
         self._failed = True  # until this commit is through: a failure anywhere in it is not retried
-        self.check_owner()
+        self.check()
         seq = self.progress.next_seq
         try:
             written = self.files.write(seq, self._rows)
