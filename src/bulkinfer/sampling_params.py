@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json as json_module
 from dataclasses import dataclass
 
-from bulkinfer.settings import setting
+from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
 
 # The structured-output fields, vLLM's names; at most one may be set. See Constraint.
 CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
@@ -26,8 +27,8 @@ class SamplingParams:
                                              "by this (multiply negative ones); 1 is off.")
     presence_penalty: float = setting(0.0, "Subtract this from the logits of tokens already generated.")
     frequency_penalty: float = setting(0.0, "Subtract this times its count from each generated token's logit.")
-    seed: int | None = setting(None, "Seed; a job gives row i the seed + i, so its results do not depend "
-                                     "on batching (default: unseeded).")
+    seed: int | None = setting(None, "Seed, 64 bits: -2**63 to 2**64 - 1; a job gives row i the seed + i, "
+                                     "so its results do not depend on batching (default: unseeded).")
     stop: list[str] | str | None = setting(None, "Stop string; repeatable.")
     stop_token_ids: list[int] = setting(help="Token id that ends a generation; repeatable.", factory=list)
     ignore_eos: bool = setting(False, "Keep generating past the end-of-sequence token.")
@@ -52,8 +53,22 @@ class SamplingParams:
         self.stop = [s for s in (self.stop or []) if s]
         self.stop_token_ids = list(self.stop_token_ids or [])
         self.choice = list(self.choice) if self.choice else None  # no choices given: no constraint
+        self._coerce_types()
+        check_finite(self)
+        check_seed("seed", self.seed)
         self._validate()
         self._validate_constraint()
+
+    def _coerce_types(self) -> None:
+        """Each value as its declared type, so that a wrong one is refused here, by name, and not deep in the
+        engine: 2.0 passes as the integer 2, 1 as the float 1.0; "hot" for temperature is a ValueError."""
+        for declared in _declared():
+            value = getattr(self, declared.field)
+            if value is not None or not declared.optional:
+                try:
+                    setattr(self, declared.field, coerce(declared, value))
+                except ValueError as exc:
+                    raise ValueError(f"{declared.name} {exc}") from None
 
     def _validate(self) -> None:
         problems = []
@@ -117,6 +132,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+@functools.cache
+def _declared() -> tuple[Setting, ...]:
+    return tuple(settings_of(SamplingParams))
 
 
 @dataclass(frozen=True)

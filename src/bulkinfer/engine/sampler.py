@@ -114,7 +114,7 @@ def _filtered_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     sorted_probs, order = probs.sort(-1, descending=True)
     vocab = probs.shape[1]
     rank = torch.arange(vocab, device=device)[None, :]
-    k = torch.tensor([vocab if k == -1 else k for k in top_k], device=device)
+    k = torch.tensor([vocab if k == -1 else min(k, vocab) for k in top_k], device=device)  # any int: 2**80 too
     cut = rank >= k[:, None]
     before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the tokens ranked above
     cut |= before >= torch.tensor(top_p, device=device)[:, None]
