@@ -32,10 +32,10 @@ class SamplingParams:
     stop: list[str] | str | None = setting(None, "Stop string; repeatable.")
     stop_token_ids: list[int] = setting(help="Token id that ends a generation; repeatable.", factory=list)
     ignore_eos: bool = setting(False, "Keep generating past the end-of-sequence token.")
-    logprobs: int | None = setting(None, "Record each generated token's logprob and this many alternatives "
-                                         "(default: off).")
+    logprobs: int | None = setting(None, "Record each generated token's logprob and this many alternatives, "
+                                         "at most the model's vocabulary size (default: off).")
     prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
-                                                "alternatives (default: off).")
+                                                "alternatives, at most the vocabulary size (default: off).")
     skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
     # Structured outputs (at most one): the output is made to match.
     json: str | dict | None = setting(None, "JSON Schema the output must validate against: a file, or the schema "

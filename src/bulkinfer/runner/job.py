@@ -110,7 +110,7 @@ class LocalExecutor:
         # The job's own sampling settings would make every row an error row: refuse the job instead.
         refusal = params_refusal(config.sampling, model_config.vocab_size, config.engine.max_n)
         if refusal:
-            raise UsageError(f"{refusal}, for the model {config.model}")
+            raise UsageError(f"{refusal}: the job's setting would fail every row")
 
     def __call__(self, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool],
                  reporter: Reporter | None) -> None:
