@@ -10,6 +10,9 @@ from bulkinfer.settings import Setting, check_finite, check_seed, coerce, settin
 
 # The structured-output fields, vLLM's names; at most one may be set. See Constraint.
 CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
+# Temperatures below this are greedy, as in vLLM: dividing logits by less overflows float32, and the
+# draw would come from NaNs.
+GREEDY_BELOW = 1e-5
 
 
 @dataclass
@@ -19,7 +22,7 @@ class SamplingParams:
 
     n: int = setting(1, "Samples per prompt; above 1 a job's generation columns hold lists.")
     max_tokens: int = setting(16, "Most tokens to generate per sample.", job_default=256)
-    temperature: float = setting(1.0, "Sampling temperature; 0 is greedy.")
+    temperature: float = setting(1.0, f"Sampling temperature; 0 (or anything below {GREEDY_BELOW:g}) is greedy.")
     top_p: float = setting(1.0, "Nucleus sampling: keep the likeliest tokens up to this total probability.")
     top_k: int = setting(-1, "Sample from the k likeliest tokens; -1 is off.")
     min_p: float = setting(0.0, "Drop tokens less likely than min_p times the likeliest one.")
@@ -131,7 +134,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
 
 @functools.cache

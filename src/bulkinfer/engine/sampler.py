@@ -104,7 +104,7 @@ def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device
 def _filtered_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     """Softmax at each row's temperature, zero outside its top-k / top-p / min-p support."""
     device = logits.device
-    temperature = torch.tensor([s.params.temperature or 1.0 for s in seqs], device=device)
+    temperature = torch.tensor([1.0 if s.params.greedy else s.params.temperature for s in seqs], device=device)
     probs = (logits / temperature[:, None]).softmax(-1)
     top_k = [s.params.top_k for s in seqs]
     top_p = [s.params.top_p for s in seqs]
