@@ -51,12 +51,10 @@ class SamplingParams:
     grammar: str | None = setting(None, "Lark grammar (llguidance's dialect) or GBNF the output must match.")
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
+        self.stop_token_ids = self.stop_token_ids or []  # None too, as vLLM takes it
+        self._coerce_types()  # first: a lone stop string becomes a one-item list, a tuple a list
         self.stop = [s for s in (self.stop or []) if s]
-        self.stop_token_ids = list(self.stop_token_ids or [])
-        self.choice = list(self.choice) if self.choice else None  # no choices given: no constraint
-        self._coerce_types()
+        self.choice = self.choice or None  # no choices given: no constraint
         check_finite(self)
         check_seed("seed", self.seed)
         self._validate()

@@ -146,7 +146,7 @@ def _as(kind: Any, value: Any) -> Any:
         return value if isinstance(value, str) else _UNUSABLE
     if kind is dict:  # a JSON object, from a struct column or a JSON line
         return value if isinstance(value, dict) else _UNUSABLE
-    if typing.get_origin(kind) is list and isinstance(value, list):
+    if typing.get_origin(kind) is list and isinstance(value, (list, tuple)):
         items = [_as(typing.get_args(kind)[0], item) for item in value]
         return _UNUSABLE if _UNUSABLE in items else items
     return _UNUSABLE

@@ -91,7 +91,8 @@ def test_a_job_seed_plus_the_row_index_past_64_bits_fails_that_row_only(tmp_path
     assert errors[:2] == [None, None] and "seed must be in [-2**63, 2**64 - 1]" in errors[2]
 
 
-@pytest.mark.parametrize("name, value", [("temperature", math.nan), ("logprobs", 10**6)])
+@pytest.mark.parametrize("name, value", [("temperature", math.nan), ("temperature", "hot"), ("stop", 5),
+                                         ("logprobs", 10**6), ("n", 10**9)])
 def test_the_python_api_refuses_a_bad_setting_for_its_request(tiny_llama: Path, name: str, value: Any) -> None:
     from bulkinfer import LLM
 
