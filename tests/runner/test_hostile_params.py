@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from bulkinfer.runner.config import JobConfig
@@ -77,6 +79,27 @@ def test_every_setting_hostile_per_row_is_an_error_row_or_runs(tmp_path: Path, t
             assert "\n" not in error and name in error, (name, value, error)
     failed = sum(row["error"] is not None for row in rows)
     print(f"{len(cases)} cases over {len(PER_ROW)} settings: {failed} error rows, {len(cases) - failed} ran")
+
+
+def test_typed_parquet_columns_at_their_limits(tmp_path: Path, tiny_llama: Path) -> None:
+    """Parquet's own types reach the settings as they are: int64's ends, float NaN and infinities."""
+    vocab = json.loads((tiny_llama / "config.json").read_text())["vocab_size"]
+    columns = {"temperature": pa.array([math.nan, math.inf, 0.5, 1e-30], pa.float64()),
+               "seed": pa.array([2**63 - 1, -2**63, 1, 0], pa.int64()),
+               "logprobs": pa.array([vocab + 1, vocab, 2**63 - 1, 0], pa.int64()),
+               "n": pa.array([2**63 - 1, MAX_N, -2**63, 1], pa.int64())}
+    rows = len(columns["n"])
+    table = {"prompt": ["1+1="] * rows, **{_column(name): values for name, values in columns.items()}}
+    pq.write_table(pa.table(table), tmp_path / "in.parquet")
+    config = JobConfig.from_settings(model=str(tiny_llama), input=[str(tmp_path / "in.parquet")],
+                                     output=str(tmp_path / "out"),
+                                     param_columns={name: _column(name) for name in columns}, **SETTINGS)
+    assert run_job(config).complete and run_job(config).complete
+    export_job(tmp_path / "out", tmp_path / "out.jsonl")
+    errors = [json.loads(line)["error"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    # Row 0: NaN; row 1: inf; row 2: logprobs 2**63 - 1, n -2**63; row 3 runs (a tiny temperature is greedy).
+    assert ["temperature" in errors[0], "temperature" in errors[1], errors[3]] == [True, True, None], errors
+    assert "n must be >= 1" in errors[2], errors
 
 
 def test_a_job_seed_plus_the_row_index_past_64_bits_fails_that_row_only(tmp_path: Path, tiny_llama: Path) -> None:
