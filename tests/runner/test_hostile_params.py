@@ -55,8 +55,13 @@ def _column(name: str) -> str:
     return f"p_{name}"
 
 
-def test_every_setting_hostile_per_row_is_an_error_row_or_runs(tmp_path: Path, tiny_llama: Path) -> None:
-    vocab = json.loads((tiny_llama / "config.json").read_text())["vocab_size"]
+@pytest.fixture
+def vocab(tiny_llama: Path) -> int:
+    """The model's vocabulary size, the bound of logprobs and prompt_logprobs."""
+    return json.loads((tiny_llama / "config.json").read_text())["vocab_size"]
+
+
+def test_every_setting_hostile_per_row_is_an_error_row_or_runs(tmp_path: Path, tiny_llama: Path, vocab: int) -> None:
     cases = _cases(vocab)
     # The first line names every param column (null: the job's value); then one hostile value per line.
     lines = [{"prompt": "1+1=", **{_column(s.name): None for s in PER_ROW}}]
@@ -81,9 +86,8 @@ def test_every_setting_hostile_per_row_is_an_error_row_or_runs(tmp_path: Path, t
     print(f"{len(cases)} cases over {len(PER_ROW)} settings: {failed} error rows, {len(cases) - failed} ran")
 
 
-def test_typed_parquet_columns_at_their_limits(tmp_path: Path, tiny_llama: Path) -> None:
+def test_typed_parquet_columns_at_their_limits(tmp_path: Path, tiny_llama: Path, vocab: int) -> None:
     """Parquet's own types reach the settings as they are: int64's ends, float NaN and infinities."""
-    vocab = json.loads((tiny_llama / "config.json").read_text())["vocab_size"]
     columns = {"temperature": pa.array([math.nan, math.inf, 0.5, 1e-30], pa.float64()),
                "seed": pa.array([2**63 - 1, -2**63, 1, 0], pa.int64()),
                "logprobs": pa.array([vocab + 1, vocab, 2**63 - 1, 0], pa.int64()),
