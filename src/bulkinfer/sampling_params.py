@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json as json_module
 from dataclasses import dataclass
 
-from bulkinfer.settings import setting
+from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
 
 # The structured-output fields, vLLM's names; at most one may be set. See Constraint.
 CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
+# Temperatures below this are greedy, as in vLLM: dividing logits by less overflows float32, and the
+# draw would come from NaNs.
+GREEDY_BELOW = 1e-5
 
 
 @dataclass
@@ -18,7 +22,7 @@ class SamplingParams:
 
     n: int = setting(1, "Samples per prompt; above 1 a job's generation columns hold lists.")
     max_tokens: int = setting(16, "Most tokens to generate per sample.", job_default=256)
-    temperature: float = setting(1.0, "Sampling temperature; 0 is greedy.")
+    temperature: float = setting(1.0, f"Sampling temperature; 0 (or anything below {GREEDY_BELOW:g}) is greedy.")
     top_p: float = setting(1.0, "Nucleus sampling: keep the likeliest tokens up to this total probability.")
     top_k: int = setting(-1, "Sample from the k likeliest tokens; -1 is off.")
     min_p: float = setting(0.0, "Drop tokens less likely than min_p times the likeliest one.")
@@ -26,15 +30,15 @@ class SamplingParams:
                                              "by this (multiply negative ones); 1 is off.")
     presence_penalty: float = setting(0.0, "Subtract this from the logits of tokens already generated.")
     frequency_penalty: float = setting(0.0, "Subtract this times its count from each generated token's logit.")
-    seed: int | None = setting(None, "Seed; a job gives row i the seed + i, so its results do not depend "
-                                     "on batching (default: unseeded).")
+    seed: int | None = setting(None, "Seed, 64 bits: -2**63 to 2**64 - 1; a job gives row i the seed + i, "
+                                     "so its results do not depend on batching (default: unseeded).")
     stop: list[str] | str | None = setting(None, "Stop string; repeatable.")
     stop_token_ids: list[int] = setting(help="Token id that ends a generation; repeatable.", factory=list)
     ignore_eos: bool = setting(False, "Keep generating past the end-of-sequence token.")
-    logprobs: int | None = setting(None, "Record each generated token's logprob and this many alternatives "
-                                         "(default: off).")
+    logprobs: int | None = setting(None, "Record each generated token's logprob and this many alternatives, "
+                                         "at most the model's vocabulary size (default: off).")
     prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
-                                                "alternatives (default: off).")
+                                                "alternatives, at most the vocabulary size (default: off).")
     skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
     # Structured outputs (at most one): the output is made to match.
     json: str | dict | None = setting(None, "JSON Schema the output must validate against: a file, or the schema "
@@ -47,13 +51,25 @@ class SamplingParams:
     grammar: str | None = setting(None, "Lark grammar (llguidance's dialect) or GBNF the output must match.")
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
+        self.stop_token_ids = self.stop_token_ids or []  # None too, as vLLM takes it
+        self._coerce_types()  # first: a lone stop string becomes a one-item list, a tuple a list
         self.stop = [s for s in (self.stop or []) if s]
-        self.stop_token_ids = list(self.stop_token_ids or [])
-        self.choice = list(self.choice) if self.choice else None  # no choices given: no constraint
+        self.choice = self.choice or None  # no choices given: no constraint
+        check_finite(self)
+        check_seed("seed", self.seed)
         self._validate()
         self._validate_constraint()
+
+    def _coerce_types(self) -> None:
+        """Each value as its declared type, so that a wrong one is refused here, by name, and not deep in the
+        engine: 2.0 passes as the integer 2, 1 as the float 1.0; "hot" for temperature is a ValueError."""
+        for declared in _declared():
+            value = getattr(self, declared.field)
+            if value is not None or not declared.optional:
+                try:
+                    setattr(self, declared.field, coerce(declared, value))
+                except ValueError as exc:
+                    raise ValueError(f"{declared.name} {exc}") from None
 
     def _validate(self) -> None:
         problems = []
@@ -116,7 +132,12 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
+
+
+@functools.cache
+def _declared() -> tuple[Setting, ...]:
+    return tuple(settings_of(SamplingParams))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ This module imports nothing heavy, so `bulkinfer --help` can build every flag wi
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
 import types
 import typing
@@ -19,6 +21,8 @@ from pathlib import PurePath
 from typing import Any, Callable
 
 _NO_DEFAULT = dataclasses.MISSING
+# The seeds torch.Generator.manual_seed takes: 64 bits, a negative seed standing for 2**64 + seed.
+SEED_MIN, SEED_MAX = -2**63, 2**64 - 1
 
 
 def setting(default: Any = _NO_DEFAULT, help: str = "", *, factory: Callable[[], Any] | None = None,
@@ -159,15 +163,17 @@ def _as(kind: Any, value: Any) -> Any:
         return value if isinstance(value, bool) else _UNUSABLE
     if isinstance(value, bool):  # a boolean is not a number here, whatever Python says
         return _UNUSABLE
-    if kind is int:
-        return int(value) if isinstance(value, int) or (isinstance(value, float) and value.is_integer()) else _UNUSABLE
+    if kind is int:  # numbers.*: numpy's scalars too, as Python callers may pass them
+        if isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer()):
+            return int(value)
+        return _UNUSABLE
     if kind is float:
-        return float(value) if isinstance(value, (int, float)) else _UNUSABLE
+        return float(value) if isinstance(value, numbers.Real) else _UNUSABLE
     if kind is str:
         return value if isinstance(value, str) else _UNUSABLE
     if kind is dict:  # a JSON object, from a struct column or a JSON line
         return value if isinstance(value, dict) else _UNUSABLE
-    if typing.get_origin(kind) is list and isinstance(value, list):
+    if typing.get_origin(kind) is list and isinstance(value, (list, tuple)):
         items = [_as(typing.get_args(kind)[0], item) for item in value]
         return _UNUSABLE if _UNUSABLE in items else items
     return _UNUSABLE
@@ -188,3 +194,17 @@ def check_choices(instance: Any) -> None:
     """Raises ValueError for the first field whose value is not one of its declared choices."""
     for spec in dataclasses.fields(instance):
         check_choice(spec.name, getattr(instance, spec.name), spec.metadata.get("choices"))
+
+
+def check_finite(instance: Any) -> None:
+    """Raises ValueError for the first number field holding NaN or an infinity, which every range check
+    would otherwise let through (NaN compares false with everything)."""
+    for spec in dataclasses.fields(instance):
+        value = getattr(instance, spec.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{spec.metadata.get('name') or spec.name} must be a finite number, got {value}")
+
+
+def check_seed(name: str, value: int | None) -> None:
+    if value is not None and not SEED_MIN <= value <= SEED_MAX:
+        raise ValueError(f"{name} must be in [-2**63, 2**64 - 1] (64 bits), got {value}")

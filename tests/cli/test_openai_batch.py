@@ -171,3 +171,33 @@ def test_response_format_is_honoured(capsys, tmp_path: Path) -> None:
     assert ChatCompletion.model_validate(lines[1]["response"]["body"]).choices[0].message.content.startswith("{")
     assert "unsupported response_format 'xml'" in lines[3]["response"]["body"]["error"]["message"]
     assert "unsupported schema: " in lines[4]["response"]["body"]["error"]["message"]
+
+
+HOSTILE_BODIES = {  # a body's sampling field that the model cannot run with: that line's error, the rest run
+    "seed": (dict(seed=2**80), "seed must be in [-2**63, 2**64 - 1]"),
+    "temperature": (dict(temperature=float("nan")), "temperature must be a finite number, got nan"),
+    "top_logprobs": (dict(logprobs=True, top_logprobs=10**6), "logprobs 1000000 is above the model's vocabulary"),
+    "n": (dict(n=10**6), "n 1000000 is above max_n (128)"),
+    "max_completion_tokens": (dict(max_completion_tokens=2**80), "max_tokens"),
+    "top_k": (dict(top_k=2**80), None),  # above the vocabulary is the whole vocabulary: it runs
+}
+
+
+def test_a_hostile_body_field_is_its_own_lines_error(capsys, tmp_path: Path) -> None:
+    batch = tmp_path / "batch.jsonl"
+    bodies = [dict(max_completion_tokens=2), *(ask for ask, _ in HOSTILE_BODIES.values())]
+    batch.write_text("".join(json.dumps(_request(f"r{i}", CHAT, messages=[{"role": "user", "content": "1+1="}],
+                                                 **{"max_completion_tokens": 2, **ask})) + "\n"
+                             for i, ask in enumerate(bodies)))
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch,
+                          "--output", tmp_path / "out")
+    assert code == 0, err
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "lines.jsonl")
+    assert code == 0, err
+    lines = [json.loads(line) for line in (tmp_path / "lines.jsonl").read_text().splitlines()]
+    assert lines[0]["response"]["status_code"] == 200
+    for line, (_, message) in zip(lines[1:], HOSTILE_BODIES.values()):
+        if message is None:
+            assert line["response"]["status_code"] == 200
+        else:
+            assert message in line["response"]["body"]["error"]["message"], line

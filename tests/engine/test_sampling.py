@@ -48,6 +48,19 @@ def test_filters_keep_exactly_their_support():
     assert filtered(logits, top_k=1, top_p=0.01).nonzero().flatten().tolist() == [0]
 
 
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40, 1e-6])
+def test_a_temperature_too_small_to_divide_by_is_greedy(llm, temperature):
+    ask = dict(max_tokens=8, ignore_eos=True)
+    greedy = sample_tokens(llm, ["Once upon a time"], SamplingParams(temperature=0, **ask))
+    assert sample_tokens(llm, ["Once upon a time"], SamplingParams(temperature=temperature, seed=3, **ask)) == greedy
+
+
+@pytest.mark.parametrize("top_k", [6, 7, 2**63, 2**80])
+def test_top_k_past_the_vocabulary_keeps_all_of_it(top_k):
+    logits = torch.log(torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04]))
+    torch.testing.assert_close(filtered(logits, top_k=top_k), logits.softmax(-1))
+
+
 @pytest.mark.parametrize("params, support", [
     (dict(top_k=2), 2), (dict(top_p=0.3), None), (dict(min_p=0.5), None)])
 def test_sampled_tokens_stay_in_the_support(llm, params, support):

@@ -33,6 +33,15 @@ def data(tmp_path: Path) -> Path:
     (["--input", "missing.jsonl"], "missing.jsonl: no such file or directory"),
     (["--model", "/no/such/model"], "/no/such/model: no such model directory"),
     (["--attention-backend", "fast"], "attention_backend must be one of"),  # refused by the engine itself
+    # Job-wide sampling values that every row would fail with, refused before anything is written.
+    (["--temperature", "nan"], "bad sampling setting: temperature must be a finite number, got nan"),
+    (["--top-p", "inf"], "bad sampling setting: top_p must be a finite number, got inf"),
+    (["--seed", "1e23"], "Invalid value for '--seed'"),
+    (["--seed", str(2**80)], f"seed must be in [-2**63, 2**64 - 1] (64 bits), got {2**80}"),
+    (["--engine-seed", str(2**64)], f"engine_seed must be in [-2**63, 2**64 - 1] (64 bits), got {2**64}"),
+    (["--logprobs", "1000000"], "logprobs 1000000 is above the model's vocabulary size"),
+    (["--prompt-logprobs", "1000000"], "prompt_logprobs 1000000 is above the model's vocabulary size"),
+    (["--n", "1000000"], "n 1000000 is above max_n (128): the job's setting would fail every row"),
 ])
 def test_usage_mistakes_print_one_line_and_exit_2(capsys, tmp_path: Path, tiny_llama: Path, data: Path,
                                                   arguments: list[str], message: str) -> None:
@@ -44,6 +53,7 @@ def test_usage_mistakes_print_one_line_and_exit_2(capsys, tmp_path: Path, tiny_l
     code, out, err = _main(capsys, "run", *[part for pair in base.items() for part in pair], *arguments)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("bulkinfer: error: ") and message in err, err
+    assert not (tmp_path / "out" / "job.json").exists()
 
 
 def test_missing_required_settings_are_named(capsys) -> None:

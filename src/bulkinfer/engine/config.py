@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bulkinfer.settings import check_choices, setting
+from bulkinfer.settings import check_choices, check_finite, check_seed, setting
 
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
@@ -27,6 +27,8 @@ class EngineConfig:
     device: str = setting("auto", "auto, cpu, cuda or cuda:N.")
     max_model_len: int | None = setting(None, "Longest prompt + output in tokens (default: the model's).")
     max_num_seqs: int = setting(256, "Most sequences in the engine's running batch.")
+    max_n: int = setting(128, "Most samples one request may ask for (n); a request above it is refused, as each "
+                              "sample costs its own KV cache and decoding. 128 is OpenAI's limit.")
     max_num_batched_tokens: int | None = setting(
         None, f"Most tokens per engine step (default: {BATCHED_TOKENS['cuda']} on a GPU, "
               f"{BATCHED_TOKENS['cpu']} on the CPU).")
@@ -55,9 +57,11 @@ class EngineConfig:
         if not isinstance(self.dtype, str):  # a torch.dtype, as the Python API also takes
             object.__setattr__(self, "dtype", str(self.dtype).removeprefix("torch."))
         check_choices(self)
+        check_finite(self)
+        check_seed("engine_seed", self.seed)
         if not _DEVICE.fullmatch(str(self.device)):
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size",
+        for name in ("max_model_len", "max_num_seqs", "max_n", "max_num_batched_tokens", "num_kv_blocks", "block_size",
                      "tensor_parallel_size"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -16,7 +16,7 @@ from bulkinfer.engine.grammar import GrammarCache
 from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
-from bulkinfer.engine.request import Request, StopChecker
+from bulkinfer.engine.request import Request, StopChecker, params_refusal
 from bulkinfer.engine.resolve import resolve
 from bulkinfer.engine import scoring
 from bulkinfer.engine.sampler import Sampler, SamplerOutput
@@ -100,7 +100,9 @@ class LLM:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         request = Request(request_id, text, token_ids, params, [])
         prompt_ids = token_ids[:-1] if "scored_ids" in scoring else token_ids
-        request.error = self._refusal(token_ids, len(prompt_ids), 0 if "scored_ids" in scoring else params.max_tokens)
+        max_tokens = 0 if "scored_ids" in scoring else params.max_tokens
+        request.error = (params_refusal(params, self.model_config.vocab_size, self.config.options.max_n)
+                         or self._refusal(token_ids, len(prompt_ids), max_tokens))
         if request.error:
             self._failed.append(request)
             return

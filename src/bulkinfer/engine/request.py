@@ -39,6 +39,17 @@ def _completion(seq: Sequence, detokenizer: Detokenizer) -> CompletionOutput:
                             seq.finish_reason, seq.stop_reason)
 
 
+def params_refusal(params: SamplingParams, vocab_size: int, max_n: int) -> str | None:
+    """Why this model cannot run a request with these settings, which are valid on their own; None if it can."""
+    if params.n > max_n:
+        return f"n {params.n} is above max_n ({max_n})"
+    for name in ("logprobs", "prompt_logprobs"):
+        # A record lists at most the whole vocabulary; asking for more is a mistake, not a wish for all of it.
+        if (getattr(params, name) or 0) > vocab_size:
+            return f"{name} {getattr(params, name)} is above the model's vocabulary size ({vocab_size})"
+    return None
+
+
 class StopChecker:
     """Decides after each new token whether a sequence is done, and why."""
 

@@ -104,7 +104,7 @@ def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device
 def _filtered_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     """Softmax at each row's temperature, zero outside its top-k / top-p / min-p support."""
     device = logits.device
-    temperature = torch.tensor([s.params.temperature or 1.0 for s in seqs], device=device)
+    temperature = torch.tensor([1.0 if s.params.greedy else s.params.temperature for s in seqs], device=device)
     probs = (logits / temperature[:, None]).softmax(-1)
     top_k = [s.params.top_k for s in seqs]
     top_p = [s.params.top_p for s in seqs]
@@ -114,7 +114,7 @@ def _filtered_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     sorted_probs, order = probs.sort(-1, descending=True)
     vocab = probs.shape[1]
     rank = torch.arange(vocab, device=device)[None, :]
-    k = torch.tensor([vocab if k == -1 else k for k in top_k], device=device)
+    k = torch.tensor([vocab if k == -1 else min(k, vocab) for k in top_k], device=device)  # any int: 2**80 too
     cut = rank >= k[:, None]
     before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the tokens ranked above
     cut |= before >= torch.tensor(top_p, device=device)[:, None]

@@ -93,6 +93,7 @@ class LocalExecutor:
     def check(self, config: JobConfig) -> None:
         """The engine's options against the model and this machine (a device that is not here, a length
         past the model's), so that a mistake there is refused before job.json is written."""
+        from bulkinfer.engine.request import params_refusal
         from bulkinfer.engine.resolve import resolve  # torch: only a run that computes pays for it
         from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
         from bulkinfer.models.loader import read_config
@@ -102,9 +103,14 @@ class LocalExecutor:
         except ModelNotFoundError as exc:
             raise UsageError(str(exc)) from None
         try:
-            resolve(config.engine, read_config(path, config.engine.model_impl)[0])
+            model_config = read_config(path, config.engine.model_impl)[0]
+            resolve(config.engine, model_config)
         except (ValueError, KeyError) as exc:  # an architecture we cannot run, a bad option for this model
             raise UsageError(f"cannot load {config.model}: {exc}") from None
+        # The job's own sampling settings would make every row an error row: refuse the job instead.
+        refusal = params_refusal(config.sampling, model_config.vocab_size, config.engine.max_n)
+        if refusal:
+            raise UsageError(f"{refusal}: the job's setting would fail every row")
 
     def __call__(self, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool],
                  reporter: Reporter | None) -> None:
