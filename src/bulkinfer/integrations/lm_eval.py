@@ -11,6 +11,7 @@ batches, orders and shares few-shot prefixes itself.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string  # noqa: E402
 
 from bulkinfer.engine.llm import LLM  # noqa: E402
+from bulkinfer.engine.tokenizer import load_tokenizer  # noqa: E402
 from bulkinfer.integrations.lm_eval_settings import (  # noqa: E402
     ModelArgsError, generation_defaults, llm_arguments, sampling_params)
 from bulkinfer.outputs import RequestOutput  # noqa: E402
@@ -195,9 +197,7 @@ def _harness_tokenizer(llm: LLM, add_bos_token: bool | None):
     which some tokenizers (GPT-NeoX's) need before they add BOS at all."""
     if add_bos_token is None:
         return llm.tokenizer
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(llm.tokenizer.name_or_path, add_bos_token=add_bos_token)
+    return load_tokenizer(Path(llm.tokenizer.name_or_path), add_bos_token=add_bos_token)
 
 
 def _special_tokens(add_special_tokens: bool | None) -> dict[str, bool]:
