@@ -10,6 +10,7 @@ batches, orders and shares few-shot prefixes itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,11 @@ except ModuleNotFoundError as exc:
 # lm_eval fills its model registry with its built-in backends only while the registry is empty,
 # so they must be in before "bulkinfer" is, or "hf" would no longer be found.
 import lm_eval.models  # noqa: E402,F401
-from jinja2.exceptions import TemplateError  # noqa: E402
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string  # noqa: E402
 
+from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError  # noqa: E402
 from bulkinfer.engine.llm import LLM  # noqa: E402
 from bulkinfer.engine.tokenizer import load_tokenizer  # noqa: E402
 from bulkinfer.integrations.lm_eval_settings import (  # noqa: E402
@@ -172,13 +173,16 @@ class BulkinferLM(TemplateLM):
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         def render(history: list[dict[str, str]]) -> str:
-            return self.tokenizer.apply_chat_template(history, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt,
-                                                      continue_final_message=not add_generation_prompt)
+            return self._chat_template.render(history, add_generation_prompt=add_generation_prompt,
+                                              continue_final_message=not add_generation_prompt)
         try:
             return render(chat_history)
-        except TemplateError:  # as hf: some templates (Gemma's, Mistral's) refuse a system turn
+        except ChatTemplateError:  # as hf: some templates (Gemma's, Mistral's) refuse a system turn
             return render([message for message in chat_history if message["role"] != "system"])
+
+    @functools.cached_property
+    def _chat_template(self) -> ChatTemplate:
+        return ChatTemplate(self.tokenizer)
 
 
 def _available_device(device: str | None) -> str:
