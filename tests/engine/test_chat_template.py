@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from transformers import AutoTokenizer
 from bulkinfer.engine.chat_sandbox import MAX_SECONDS
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from checkpoints import CHAT_TEMPLATE
-from cli_helpers import DEMO_MODEL
+from cli_helpers import DEMO_MODEL, exported, invoke
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "chat_templates"
 SOURCES = {"tiny checkpoints": CHAT_TEMPLATE, "demo model": (DEMO_MODEL / "chat_template.jinja").read_text(),
@@ -172,3 +173,20 @@ def test_rendering_is_no_slower_than_transformers(tokenizer):
     ours = seconds(lambda: template.render(messages))
     theirs = seconds(lambda: tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
     assert ours < 3 * theirs, json.dumps({"ours": ours, "transformers": theirs})
+
+
+def test_a_job_goes_on_past_a_row_its_template_cannot_render(capsys, tiny_llama, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama, model)
+    # The checkpoint's own template, which hangs (for hours, unsandboxed) on a row that says "loop".
+    (model / "chat_template.jinja").write_text(
+        "{% if messages[0].content == 'loop' %}" + HOSTILE["nested ranges"] + "{% endif %}" + CHAT_TEMPLATE)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"chat": [{"role": "user", "content": text}]}) + "\n"
+                            for text in ("hi", "loop", "bye")))
+    code, _, err = invoke(capsys, "run", "--model", model, "--input", rows, "--messages-column", "chat",
+                          "--output", tmp_path / "out", "--max-tokens", "2", "--device", "cpu")
+    assert code == 0, err
+    errors = [row["error"] for row in exported(capsys, tmp_path / "out")]
+    assert errors[0] is None and errors[2] is None
+    assert errors[1].endswith("chat template stopped: more than 1,000,000 steps (loop iterations, calls, lookups)")
