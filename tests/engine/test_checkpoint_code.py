@@ -14,6 +14,7 @@ import pytest
 from bulkinfer import LLM
 from bulkinfer.models.config import UnsupportedModelError
 from bulkinfer.models.checkpoint import ModelNotFoundError
+from bulkinfer.models.refusal import refuse_tokenizer_code
 
 # Written by the checkpoint's tokenizer module if anything ever imports it.
 TOKENIZER_MODULE = """
@@ -88,6 +89,13 @@ def test_auto_map_for_the_tokenizer_in_config_json_is_refused(tiny_llama, tmp_pa
     with pytest.raises(UnsupportedModelError, match="config.json's auto_map"):
         LLM(str(model))
     assert not (model / "code-ran").exists()
+
+
+@pytest.mark.parametrize("name", ["LlamaTokenizerFast", "Qwen2Tokenizer", "GPT2TokenizerFast", "GemmaTokenizerFast",
+                                  "PreTrainedTokenizerFast", "TokenizersBackend", "CodeLlamaTokenizerFast"])
+def test_tokenizer_classes_transformers_provides_are_accepted(tmp_path, name):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": name}))
+    refuse_tokenizer_code(tmp_path)
 
 
 def _pickled_weights_only(checkpoint: Path, tmp_path: Path) -> Path:
