@@ -47,10 +47,10 @@ class TemplateLimitError(jinja2.exceptions.SecurityError):
 class Budget:
     """What one render may still spend."""
 
-    def __init__(self, max_chars: int, max_steps: int = MAX_STEPS, seconds: float = MAX_SECONDS) -> None:
+    def __init__(self, max_chars: int) -> None:
         self.max_chars = max_chars
-        self.steps_left = max_steps
-        self.deadline = time.monotonic() + seconds
+        self.steps_left = MAX_STEPS
+        self.deadline = time.monotonic() + MAX_SECONDS
 
     def spend(self, steps: int = 1) -> None:
         self.steps_left -= steps
