@@ -106,7 +106,7 @@ HOSTILE = {
     "a huge power": "{{ 7 ** 100000000 }}",
     "exponential recursion": "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
                              "{{ f(64) }}",
-    "too much output": "{% for i in range(900000) %}{{ 'xxxxxxxxxx' }}{% endfor %}",
+    "too much output": "{% set x = 'x' * 10000 %}{% for i in range(1000) %}{{ x }}{% endfor %}",
 }
 
 

@@ -100,6 +100,8 @@ def _projected_size(operator: str, left: Any, right: Any) -> int:
     if operator == "*" and not (isinstance(left, int) and isinstance(right, int)):
         sequence, count = (left, right) if isinstance(right, int) else (right, left)
         return len(sequence) * count if isinstance(sequence, (str, list, tuple)) and isinstance(count, int) else 0
+    if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+        return len(left) + len(right)
     if operator == "%" and isinstance(left, str):  # widths in the format, or given as arguments ('%*s')
         arguments = right if isinstance(right, tuple) else (right,)
         return _format_widths(left) + sum(a for a in arguments if isinstance(a, int) and not isinstance(a, bool))
