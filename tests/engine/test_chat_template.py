@@ -120,6 +120,12 @@ def test_a_hostile_template_fails_its_conversation_within_the_limits(tokenizer, 
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("messages", [[], ["hi"], [{"role": "user"}, 3], None])
+def test_malformed_messages_fail_with_a_reason(tokenizer, messages):
+    with pytest.raises(ChatTemplateError, match="^chat template failed: "):
+        ChatTemplate(tokenizer).render(messages, add_generation_prompt=False, continue_final_message=True)
+
+
 def test_a_template_cannot_reach_python_internals(tokenizer):
     for source in ("{{ messages.__class__.__mro__ }}",
                    "{% set ns = namespace() %}{% set ns._x = 1 %}", "{{ lipsum(10) }}", "{{ 'a\t'.expandtabs(9) }}"):

@@ -42,10 +42,10 @@ class ChatTemplate:
                continue_final_message: bool = False) -> str:
         """The conversation as prompt text. ``continue_final_message`` leaves the last message open for the
         model to go on with, instead of starting a new assistant turn."""
-        messages = _normalized(messages)
-        if continue_final_message:
-            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + _CONTINUE_TAG}
         try:
+            messages = _normalized(messages)
+            if continue_final_message:
+                messages[-1] = {**messages[-1], "content": messages[-1]["content"] + _CONTINUE_TAG}
             text = self._generate(messages, add_generation_prompt)
         except TemplateLimitError as exc:
             raise ChatTemplateError(f"chat template stopped: {exc}") from exc
