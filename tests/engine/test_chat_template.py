@@ -16,6 +16,7 @@ from transformers import AutoTokenizer
 
 from bulkinfer.engine.chat_sandbox import MAX_SECONDS
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
+from bulkinfer.openai_batch import convert_batch_file
 from checkpoints import CHAT_TEMPLATE
 from cli_helpers import DEMO_MODEL, exported, invoke
 
@@ -139,6 +140,7 @@ _PEAK_PROBE = """
 import json, sys
 from transformers import AutoTokenizer
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
+from bulkinfer.openai_batch import convert_batch_file
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
 def kib(field):
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
@@ -196,3 +198,16 @@ def test_a_job_goes_on_past_a_row_its_template_cannot_render(capsys, tiny_llama,
     errors = [row["error"] for row in exported(capsys, tmp_path / "out")]
     assert errors[0] is None and errors[2] is None
     assert errors[1].endswith("chat template stopped: more than 1,000,000 steps (loop iterations, calls, lookups)")
+
+
+def test_an_openai_batch_line_its_template_cannot_render_gets_its_own_error(tokenizer, tmp_path):
+    hostile = _with_template(tokenizer, "{% if messages[0].content == 'loop' %}" + HOSTILE["nested ranges"]
+                             + "{% endif %}" + CHAT_TEMPLATE)
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps({"custom_id": text, "method": "POST", "url": "/v1/chat/completions",
+                                         "body": {"messages": [{"role": "user", "content": text}]}}) + "\n"
+                             for text in ("hi", "loop")))
+    convert_batch_file(batch, tmp_path / "table.jsonl", hostile)
+    rows = [json.loads(line) for line in (tmp_path / "table.jsonl").read_text().splitlines()]
+    assert rows[0]["batch_error"] is None and rows[0]["prompt"].endswith("<|assistant|>\n")
+    assert rows[1]["batch_error"].startswith("chat template stopped: more than 1,000,000 steps")
