@@ -61,3 +61,11 @@ def test_summary_table_renders_cost_when_known() -> None:
     console = Console(file=io.StringIO(), width=120, color_system=None)
     console.print(summary_table(stats))
     assert "50.0000 per million output tokens" in console.file.getvalue()
+
+
+def test_plain_lines_go_to_stderr_as_it_is_when_the_run_starts(capsys) -> None:
+    # Not the stderr of when the module was imported: a test's capture, or a caller's redirection, may have
+    # replaced it since, and the old one may be closed.
+    display = ProgressDisplay(live=False, interval=0.0)
+    display.update(SNAPSHOT)
+    assert capsys.readouterr().err.startswith("bulkinfer: 300/1,000 rows")

@@ -81,6 +81,29 @@ def test_bad_messages_are_error_rows(tokenizer, messages, reason: str) -> None:
     assert prepared.failures[0].error == f"in.jsonl line 1: {reason}"
 
 
+# Loops four million times (seconds of work, and hours at the 100,000 x 100,000) when a row says "loop".
+_LOOPING_TEMPLATE = ("{% if messages[0]['content'] == 'loop' %}{% for i in range(2000) %}{% for j in range(2000) %}"
+                     "{% endfor %}{% endfor %}{% endif %}{{ messages[0]['content'] }}")
+
+
+def test_a_chat_template_past_its_limits_fails_only_its_row(tokenizer) -> None:
+    hostile = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    hostile.chat_template = _LOOPING_TEMPLATE
+    rows = [{"chat": [{"role": "user", "content": text}]} for text in ("hi", "loop", "bye")]
+    prepared = _prepare(hostile, rows, messages_column="chat")
+    assert _errors(prepared) == {1: "in.jsonl line 2: chat template stopped: more than 1,000,000 steps "
+                                    "(loop iterations, calls, lookups)"}
+    assert len(prepared.work) == 2
+
+
+def test_a_chat_template_that_does_not_compile_is_refused_in_one_line(tokenizer) -> None:
+    broken = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    broken.chat_template = "{% for message in messages %}"
+    with pytest.raises(UsageError, match="^messages_column is set, but the model's chat template failed: ") as info:
+        _prepare(broken, [], messages_column="chat")
+    assert "\n" not in str(info.value)
+
+
 def test_a_tokenizer_without_chat_template_refuses_messages(tokenizer) -> None:
     plain = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
     plain.chat_template = None

@@ -78,7 +78,7 @@ def _hf_model(path: Path, dtype: torch.dtype, device: torch.device):
     # Its continuous batching asks for psutil on the CPU, to report memory it does not need.
     logging.getLogger("transformers.generation.continuous_batching").setLevel(logging.CRITICAL)
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False).to(device).eval()
 
 
 def run_hf_static(path: Path, requests: list[BenchRequest], temperature: float, dtype: torch.dtype,

@@ -22,11 +22,11 @@ class ProgressDisplay:
     log) it prints one plain line every `interval` seconds, with no escape codes.
     """
 
-    def __init__(self, live: bool, interval: float = 30.0, stream: TextIO = sys.stderr,
+    def __init__(self, live: bool, interval: float = 30.0, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.last: Snapshot | None = None
         self.interval = interval if not live else 0.25
-        self.stream = stream
+        self.stream = stream = stream or sys.stderr  # stderr now, not as it was when this module was imported
         self.clock = clock
         self._next = clock() + self.interval
         self._live = Live(console=Console(file=stream), auto_refresh=False, transient=True) if live else None

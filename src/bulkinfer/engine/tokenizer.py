@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bulkinfer.models.refusal import refuse_tokenizer_code
 
-def load_tokenizer(path: Path):
+
+def load_tokenizer(path: Path, **options):
+    """The checkpoint's tokenizer, built by transformers' own code only; ``options`` go to from_pretrained."""
     from transformers import AutoTokenizer
 
+    refuse_tokenizer_code(path)
     try:
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, **options)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: the tokenizer could not be loaded ({str(exc).splitlines()[0]})") from None
 

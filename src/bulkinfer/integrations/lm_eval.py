@@ -10,7 +10,9 @@ batches, orders and shares few-shot prefixes itself.
 
 from __future__ import annotations
 
+import functools
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,12 +29,13 @@ except ModuleNotFoundError as exc:
 # lm_eval fills its model registry with its built-in backends only while the registry is empty,
 # so they must be in before "bulkinfer" is, or "hf" would no longer be found.
 import lm_eval.models  # noqa: E402,F401
-from jinja2.exceptions import TemplateError  # noqa: E402
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string  # noqa: E402
 
+from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError  # noqa: E402
 from bulkinfer.engine.llm import LLM  # noqa: E402
+from bulkinfer.engine.tokenizer import load_tokenizer  # noqa: E402
 from bulkinfer.integrations.lm_eval_settings import (  # noqa: E402
     ModelArgsError, generation_defaults, llm_arguments, sampling_params)
 from bulkinfer.outputs import RequestOutput  # noqa: E402
@@ -170,13 +173,16 @@ class BulkinferLM(TemplateLM):
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         def render(history: list[dict[str, str]]) -> str:
-            return self.tokenizer.apply_chat_template(history, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt,
-                                                      continue_final_message=not add_generation_prompt)
+            return self._chat_template.render(history, add_generation_prompt=add_generation_prompt,
+                                              continue_final_message=not add_generation_prompt)
         try:
             return render(chat_history)
-        except TemplateError:  # as hf: some templates (Gemma's, Mistral's) refuse a system turn
+        except ChatTemplateError:  # as hf: some templates (Gemma's, Mistral's) refuse a system turn
             return render([message for message in chat_history if message["role"] != "system"])
+
+    @functools.cached_property
+    def _chat_template(self) -> ChatTemplate:
+        return ChatTemplate(self.tokenizer)
 
 
 def _available_device(device: str | None) -> str:
@@ -195,9 +201,7 @@ def _harness_tokenizer(llm: LLM, add_bos_token: bool | None):
     which some tokenizers (GPT-NeoX's) need before they add BOS at all."""
     if add_bos_token is None:
         return llm.tokenizer
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(llm.tokenizer.name_or_path, add_bos_token=add_bos_token)
+    return load_tokenizer(Path(llm.tokenizer.name_or_path), add_bos_token=add_bos_token)
 
 
 def _special_tokens(add_special_tokens: bool | None) -> dict[str, bool]:

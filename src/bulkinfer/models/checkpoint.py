@@ -1,7 +1,9 @@
-"""Find a checkpoint: a local directory, or a Hugging Face hub id fetched when the network allows."""
+"""Find a checkpoint: a local directory, or a Hugging Face hub id fetched when the network allows; and its
+weight files, which are only ever safetensors (a pickled ``.bin`` can run code when it is read)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -30,3 +32,17 @@ def _download(repo_id: str) -> Path:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelNotFoundError(f"{repo_id}: not a local directory, and it could not be fetched from the "
                                  f"Hugging Face hub ({reason})") from None
+
+
+def safetensors_files(path: Path) -> list[str]:
+    """The checkpoint's weight files, from its index or its directory. Weights only in pickles (``*.bin``,
+    ``*.pt``) are refused without being opened, whichever code would load them."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    files = sorted(p.name for p in path.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in path.glob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    found = f" (only {', '.join(pickles[:3])}: pickled weights, which bulkinfer does not read)" if pickles else ""
+    raise ModelNotFoundError(f"{path}: no *.safetensors weights found{found}")

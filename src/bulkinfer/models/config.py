@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bulkinfer.models.refusal import UnsupportedModelError
+
 
 # Architecture name in config.json -> which optional parts of the shared decoder it switches on.
 SUPPORTED_ARCHITECTURES = {
@@ -17,10 +19,6 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen2MoeForCausalLM": {"qkv_bias": True, "moe": "qwen2_moe"},
     "Qwen3MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_moe"},
 }
-
-
-class UnsupportedModelError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -13,25 +13,33 @@ from safetensors import safe_open
 
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
-from bulkinfer.models.checkpoint import ModelNotFoundError
-from bulkinfer.models.config import ModelConfig, UnsupportedModelError, native_architecture
+from bulkinfer.models.checkpoint import safetensors_files
+from bulkinfer.models.config import ModelConfig, native_architecture
 from bulkinfer.models.llama import CausalLM
-from bulkinfer.models.refusal import refusal_reason
+from bulkinfer.models.refusal import UnsupportedModelError, refuse_tokenizer_code, refusal_reason
 
 
 def read_config(path: Path, model_impl: str = "auto") -> tuple[ModelConfig, dict]:
     """The checkpoint's config, for bulkinfer's own code (``native``) or transformers' (``transformers``);
-    ``auto`` takes native code where it exists. A model neither can run is refused here, in one line."""
+    ``auto`` takes native code where it exists. A model neither can run is refused here, in one line, and so
+    is one whose tokenizer or weights would run the checkpoint's code, before anything loads."""
     hf = json.loads((path / "config.json").read_text())
+    config = _model_config(path, hf, model_impl)
+    refuse_tokenizer_code(path)
+    safetensors_files(path)
+    return config, hf
+
+
+def _model_config(path: Path, hf: dict, model_impl: str) -> ModelConfig:
     if model_impl == "native" or (model_impl == "auto" and native_architecture(hf)):
-        return ModelConfig.from_hf(hf), hf
+        return ModelConfig.from_hf(hf)
     reason = refusal_reason(hf)
     if reason:
         names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
         raise UnsupportedModelError(f"unsupported architecture {names}: {reason}")
     from bulkinfer.models.transformers_backend.config import transformers_model_config
 
-    return transformers_model_config(path, hf), hf
+    return transformers_model_config(path, hf)
 
 
 def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torch.device,
@@ -144,14 +152,7 @@ def _qkv_rows(which: str, config: ModelConfig, tp_size: int) -> slice:
 
 
 def _checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = sorted(p.name for p in path.glob("*.safetensors"))
-    if not files:
-        raise ModelNotFoundError(f"{path}: no *.safetensors weights found")
-    for file in files:
+    for file in safetensors_files(path):
         with safe_open(str(path / file), framework="pt") as handle:
             for name in handle.keys():
                 yield name, handle.get_tensor(name)

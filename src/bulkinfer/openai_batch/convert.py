@@ -8,12 +8,14 @@ identity included, so a rerun resumes the job instead of seeing a changed input.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bulkinfer.durable import publish, sync_file
+from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
 from bulkinfer.openai_batch.requests import PER_ROW, parse_line
 
@@ -30,10 +32,11 @@ def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:
         raise UsageError(f"{batch_file}: no such batch file")
     tmp = table.with_name(table.name + ".tmp")
     rows, valid, first_error = 0, 0, None
+    chat_template = functools.cache(lambda: ChatTemplate(tokenizer))  # compiled for the first chat row
     with open(batch_file, "rb") as lines, open(tmp, "wb") as out:
         for number, line in enumerate(lines, 1):
             if line.strip():
-                row = _rendered(parse_line(line, number), tokenizer)
+                row = _rendered(parse_line(line, number), chat_template, tokenizer)
                 out.write(json.dumps(row).encode() + b"\n")
                 rows += 1
                 valid += row["batch_error"] is None
@@ -54,14 +57,13 @@ def job_settings(table: Path) -> dict[str, Any]:
             "param_columns": {s.name: f"body_{s.field}" for s in PER_ROW}}
 
 
-def _rendered(row: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
+def _rendered(row: dict[str, Any], chat_template: Callable[[], ChatTemplate], tokenizer: Any) -> dict[str, Any]:
     messages = row.pop("messages")
     if messages is not None and row["batch_error"] is None:
         try:
-            row["prompt"] = _without_bos(tokenizer.apply_chat_template(messages, tokenize=False,
-                                                                       add_generation_prompt=True), tokenizer)
-        except Exception as exc:  # templates raise whatever their author chose (often jinja2 errors)
-            row["batch_error"] = f"chat template failed: {exc}"
+            row["prompt"] = _without_bos(chat_template().render(messages), tokenizer)
+        except ChatTemplateError as exc:
+            row["batch_error"] = str(exc)
     return row
 
 

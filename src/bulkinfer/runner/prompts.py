@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.sampling_params import SamplingParams
@@ -21,6 +22,10 @@ class PromptRenderer:
         if self.chat and not getattr(tokenizer, "chat_template", None):
             raise UsageError("messages_column is set, but the model's tokenizer has no chat template; "
                              "use prompt_column with ready-made text instead")
+        try:
+            self.chat_template = ChatTemplate(tokenizer) if self.chat else None
+        except ChatTemplateError as exc:
+            raise UsageError(f"messages_column is set, but the model's {exc}") from None
 
     @property
     def adds_special_tokens(self) -> bool:
@@ -46,10 +51,7 @@ class PromptRenderer:
         _check_messages(self.column, messages)
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        try:
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # templates raise whatever their author chose (often jinja2 errors)
-            raise ValueError(f"chat template failed: {exc}") from None
+        return self.chat_template.render(messages)  # a ValueError naming why it could not
 
 
 def _check_messages(column: str, messages: Any) -> None:

@@ -1,0 +1,90 @@
+"""A checkpoint's chat template, rendered as transformers' ``apply_chat_template(..., tokenize=False)`` renders
+it, but in bulkinfer's sandbox (engine/chat_sandbox.py): a template that loops without end, takes too long or
+builds too much fails the one conversation it renders, with a reason, and the job goes on."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jinja2
+
+from bulkinfer.engine.chat_sandbox import (
+    MIN_OUTPUT_CHARS, OUTPUT_CHARS_PER_INPUT_CHAR, ChatSandbox, TemplateLimitError, rendering)
+
+# Where a continued final message ends, so that what the template writes after it can be cut (as transformers).
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+class ChatTemplateError(ValueError):
+    """A conversation the chat template could not render; the message says why, in one line."""
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(source: str) -> jinja2.Template:
+    return ChatSandbox().compile_template(source)
+
+
+class ChatTemplate:
+    """The tokenizer's chat template, compiled once, and the special tokens it may write."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        """Raises ChatTemplateError if the tokenizer has no chat template or the template does not compile."""
+        try:
+            self.source = tokenizer.get_chat_template()
+            self.template = _compiled(self.source)
+        except (ValueError, jinja2.TemplateError) as exc:
+            raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from None
+        self.special_tokens = dict(tokenizer.special_tokens_map)
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               continue_final_message: bool = False) -> str:
+        """The conversation as prompt text. ``continue_final_message`` leaves the last message open for the
+        model to go on with, instead of starting a new assistant turn."""
+        try:
+            messages = _normalized(messages)
+            if continue_final_message:
+                messages[-1] = {**messages[-1], "content": messages[-1]["content"] + _CONTINUE_TAG}
+            text = self._generate(messages, add_generation_prompt)
+        except TemplateLimitError as exc:
+            raise ChatTemplateError(f"chat template stopped: {exc}") from exc
+        except Exception as exc:  # templates raise whatever their author chose (often jinja2 errors)
+            raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from exc
+        return _cut_at_tag(text) if continue_final_message else text
+
+    def _generate(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        size = sum(len(str(value)) for message in messages for value in message.values())
+        with rendering(MIN_OUTPUT_CHARS + OUTPUT_CHARS_PER_INPUT_CHAR * size) as budget:
+            chunks, length = [], 0
+            for chunk in self.template.generate(messages=messages, tools=None, documents=None,
+                                                add_generation_prompt=add_generation_prompt, **self.special_tokens):
+                length += len(chunk)
+                budget.check_size(length, "output")
+                budget.spend()
+                chunks.append(chunk)
+            return "".join(chunks)
+
+
+def _normalized(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """As transformers gives them to templates: keys whose value is None dropped, reasoning under each name."""
+    normalized = []
+    for message in messages:
+        message = {key: value for key, value in message.items() if value is not None}
+        reasoning = next((message[key] for key in _REASONING_FIELDS if key in message), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        normalized.append(message)
+    return normalized
+
+
+def _cut_at_tag(text: str) -> str:
+    if _CONTINUE_TAG.strip() not in text:
+        raise ChatTemplateError("chat template failed: it does not write the final message, so it cannot be continued")
+    at = text.rindex(_CONTINUE_TAG.strip())
+    return text[:at] if text[at:at + len(_CONTINUE_TAG)] == _CONTINUE_TAG else text[:at].rstrip()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
