@@ -11,7 +11,10 @@ them all.
 The library bounds its own work (grammar size, lexer states, work per token) and, past a bound or on
 a grammar it cannot follow, puts the matcher in an error state instead of raising; from then on it
 allows only end-of-sequence. A request whose matcher is in that state fails with the library's
-reason (matcher_error): it never ends as a `stop` whose text does not match.
+reason (matcher_error): it never ends as a `stop` whose text does not match. The bounds count work,
+not seconds, so the same row fails or succeeds on every run whatever the machine's load; the
+library's defaults are kept, and the costliest constraints reach them within seconds, in a compile
+thread.
 """
 
 from __future__ import annotations
