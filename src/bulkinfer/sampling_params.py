@@ -86,15 +86,8 @@ class SamplingParams:
         given = [name for name in CONSTRAINTS if getattr(self, name) not in (None, False)]
         if len(given) > 1:
             raise ValueError(f"give at most one of {', '.join(CONSTRAINTS)}; got {', '.join(given)}")
-        if isinstance(self.json, str):
-            try:
-                schema = json_module.loads(self.json)
-            except json_module.JSONDecodeError as exc:
-                raise ValueError(f"json_schema is not valid JSON ({exc})") from None
-            if not isinstance(schema, (dict, bool)):
-                raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
-        elif self.json is not None and not isinstance(self.json, dict):
-            raise ValueError(f"json_schema must be a dict or JSON text, got {type(self.json).__name__}")
+        if self.json is not None:
+            _check_schema(self.json)
         if self.choice is not None and not all(isinstance(c, str) and c for c in self.choice):
             raise ValueError("choices must be non-empty strings")
 
@@ -117,6 +110,26 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _check_schema(schema: str | dict) -> None:
+    """Refuses what the constraint cannot even be written from: not JSON, not an object, or nested
+    deeper than Python's JSON reader and writer go."""
+    if not isinstance(schema, (str, dict)):
+        raise ValueError(f"json_schema must be a dict or JSON text, got {type(schema).__name__}")
+    try:
+        if isinstance(schema, str):
+            schema = json_module.loads(schema)
+        else:
+            json_module.dumps(schema)  # as the constraint is written
+    except json_module.JSONDecodeError as exc:
+        raise ValueError(f"json_schema is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("json_schema is nested too deeply") from None
+    except (TypeError, ValueError) as exc:  # a value JSON has no form for, or a dict that contains itself
+        raise ValueError(f"json_schema is not JSON ({exc})") from None
+    if not isinstance(schema, (dict, bool)):
+        raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,15 @@ def test_thousands_of_choices_are_followed(llm):
     outputs = llm.generate(["a", "b"], SamplingParams(choice=labels, temperature=1.0, seed=2, max_tokens=16),
                            use_tqdm=False)
     assert all(output.error is None and output.outputs[0].text in labels for output in outputs), outputs
+
+
+def test_a_schema_json_cannot_write_is_refused_when_made():
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(ValueError, match="json_schema is nested too deeply"):
+        SamplingParams(json=deep)
+    looped: dict = {"type": "object"}
+    looped["properties"] = {"self": looped}
+    with pytest.raises(ValueError, match="json_schema is not JSON"):
+        SamplingParams(json=looped)

@@ -33,6 +33,7 @@ COMPILE_THREADS = 2
 # JSON as json.dumps writes it by default: one line, ", " and ": ", no other whitespace.
 JSON_FORMAT = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
 _WHAT = {"json": "schema", "regex": "regex", "choice": "choices", "grammar": "grammar"}
+REASON_CHARS = 300
 # The library's names for its reasons, where a user could not read them.
 _REASONS = {"NoExtensionBias": "nothing this model can write matches it"}
 
@@ -121,5 +122,8 @@ def _reason(matcher: llguidance.LLMatcher) -> str:
 
 
 def _first_line(error: object) -> str:
+    """The library's message quotes the constraint, which may be megabytes long: the error row holds
+    the first line, cut to REASON_CHARS."""
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else "refused by the grammar library"
+    line = lines[0] if lines else "refused by the grammar library"
+    return line if len(line) <= REASON_CHARS else line[:REASON_CHARS] + "..."
