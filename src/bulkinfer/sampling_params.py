@@ -9,6 +9,7 @@ from bulkinfer.settings import setting
 
 # The structured-output fields, vLLM's names; at most one may be set. See Constraint.
 CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
+MAX_SCHEMA_DEPTH = 100  # the grammar library reads a schema about 125 levels deep at most
 
 
 @dataclass
@@ -114,22 +115,39 @@ class SamplingParams:
 
 def _check_schema(schema: str | dict) -> None:
     """Refuses what the constraint cannot even be written from: not JSON, not an object, or nested
-    deeper than Python's JSON reader and writer go."""
+    deeper than the grammar library reads (Python's JSON reader and writer recurse, and near their
+    limit one row would stop the job)."""
     if not isinstance(schema, (str, dict)):
         raise ValueError(f"json_schema must be a dict or JSON text, got {type(schema).__name__}")
-    try:
-        if isinstance(schema, str):
+    too_deep = f"json_schema is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+    if isinstance(schema, str):
+        try:
             schema = json_module.loads(schema)
-        else:
-            json_module.dumps(schema)  # as the constraint is written
-    except json_module.JSONDecodeError as exc:
-        raise ValueError(f"json_schema is not valid JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError("json_schema is nested too deeply") from None
-    except (TypeError, ValueError) as exc:  # a value JSON has no form for, or a dict that contains itself
-        raise ValueError(f"json_schema is not JSON ({exc})") from None
+        except json_module.JSONDecodeError as exc:
+            raise ValueError(f"json_schema is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(too_deep) from None
     if not isinstance(schema, (dict, bool)):
         raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
+    if _nested_deeper_than(schema, MAX_SCHEMA_DEPTH):
+        raise ValueError(too_deep)
+    try:
+        json_module.dumps(schema)  # as the constraint is written
+    except (TypeError, ValueError) as exc:  # a value JSON has no form for
+        raise ValueError(f"json_schema is not JSON ({exc})") from None
+
+
+def _nested_deeper_than(value: object, levels: int) -> bool:
+    """Whether objects and arrays nest more than ``levels`` deep, found without recursion (a dict that
+    contains itself nests without end)."""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > levels:
+                return True
+            stack.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 @dataclass(frozen=True)

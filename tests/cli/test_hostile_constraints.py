@@ -28,6 +28,7 @@ def _nested_schema(depth: int) -> dict:
 # end in or None: then it must stop matching its constraint, or be cut by max_tokens)
 TOO_MANY = "could not be followed: lexer error: too many expressions constructed"
 NOTHING = "nothing this model can write matches it"
+TOO_DEEP = "json_schema is nested more than 100 levels deep"
 CASES = [
     ("regex", "(a{1000}){1000}", None, f"regex {TOO_MANY}"),
     ("regex", "((a{100}){100}){100}", None, f"regex {TOO_MANY}"),
@@ -41,9 +42,10 @@ CASES = [
     ("regex", "(yes|no)", None, None),
     ("regex", "(a|b)*c{0,3}", None, None),
     ("json_schema", RECURSIVE_REF, None, "schema could not be followed: parser error: Too many items"),
-    ("json_schema", _nested_schema(100), None, "unsupported schema: recursion limit exceeded"),
-    ("json_schema", '{"type": "object", "properties": {"a": ' * 5000 + "{}" + "}}" * 5000, None,
-     "json_schema is nested too deeply"),
+    ("json_schema", _nested_schema(49), None, None),  # 99 levels: the deepest accepted
+    ("json_schema", _nested_schema(50), None, TOO_DEEP),
+    ("json_schema", '{"properties": ' + '{"a": ' * 985 + "{}" + "}" * 985 + "}", None, TOO_DEEP),
+    ("json_schema", '{"type": "object", "properties": {"a": ' * 5000 + "{}" + "}}" * 5000, None, TOO_DEEP),
     ("json_schema", {"allOf": [{"type": "string"}, {"type": "integer"}]}, None, "unsupported schema: Unsatisfiable"),
     ("json_schema", {"type": "integer", "minimum": 5, "maximum": 1}, None, "unsupported schema: "),
     ("json_schema", {"type": "string", "pattern": "^[^\\s\\S]$"}, None, "unsupported schema: "),

@@ -51,9 +51,11 @@ def test_a_schema_json_cannot_write_is_refused_when_made():
     deep: dict = {}
     for _ in range(5000):
         deep = {"type": "object", "properties": {"a": deep}}
-    with pytest.raises(ValueError, match="json_schema is nested too deeply"):
-        SamplingParams(json=deep)
     looped: dict = {"type": "object"}
     looped["properties"] = {"self": looped}
+    as_text = '{"a": ' * 3000 + "{}" + "}" * 3000
+    for schema in (deep, looped, as_text):
+        with pytest.raises(ValueError, match="json_schema is nested more than 100 levels deep"):
+            SamplingParams(json=schema)
     with pytest.raises(ValueError, match="json_schema is not JSON"):
-        SamplingParams(json=looped)
+        SamplingParams(json={"enum": {1, 2}})
