@@ -138,12 +138,12 @@ def _check_schema(schema: str | dict) -> None:
 
 
 def _nested_deeper_than(value: object, levels: int) -> bool:
-    """Whether objects and arrays nest more than ``levels`` deep, found without recursion (a dict that
-    contains itself nests without end)."""
+    """Whether objects and arrays (or tuples, written as arrays) nest more than ``levels`` deep, found
+    without recursion (a dict that contains itself nests without end)."""
     stack = [(value, 1)]
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
+        if isinstance(value, (dict, list, tuple)):
             if depth > levels:
                 return True
             stack.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))

@@ -57,7 +57,8 @@ class StopChecker:
 
     def check(self, seq: Sequence) -> bool:
         token, params = seq.token_ids[-1], seq.params
-        if seq.matcher is not None and seq.matcher.is_error():  # before end-of-sequence, all it then allows
+        # First: a failed matcher allows only end-of-sequence, which would otherwise read as a `stop`.
+        if seq.matcher is not None and seq.matcher.is_error():
             return self._finish(seq, GRAMMAR_FAILED, None)
         if token in params.stop_token_ids:
             return self._finish(seq, "stop", token)
