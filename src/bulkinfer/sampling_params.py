@@ -13,6 +13,7 @@ CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
 # Temperatures below this are greedy, as in vLLM: dividing logits by less overflows float32, and the
 # draw would come from NaNs.
 GREEDY_BELOW = 1e-5
+MAX_SCHEMA_DEPTH = 100  # the grammar library reads a schema about 125 levels deep at most
 
 
 @dataclass
@@ -102,15 +103,8 @@ class SamplingParams:
         given = [name for name in CONSTRAINTS if getattr(self, name) not in (None, False)]
         if len(given) > 1:
             raise ValueError(f"give at most one of {', '.join(CONSTRAINTS)}; got {', '.join(given)}")
-        if isinstance(self.json, str):
-            try:
-                schema = json_module.loads(self.json)
-            except json_module.JSONDecodeError as exc:
-                raise ValueError(f"json_schema is not valid JSON ({exc})") from None
-            if not isinstance(schema, (dict, bool)):
-                raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
-        elif self.json is not None and not isinstance(self.json, dict):
-            raise ValueError(f"json_schema must be a dict or JSON text, got {type(self.json).__name__}")
+        if self.json is not None:
+            _check_schema(self.json)
         if self.choice is not None and not all(isinstance(c, str) and c for c in self.choice):
             raise ValueError("choices must be non-empty strings")
 
@@ -138,6 +132,43 @@ class SamplingParams:
 @functools.cache
 def _declared() -> tuple[Setting, ...]:
     return tuple(settings_of(SamplingParams))
+
+
+def _check_schema(schema: str | dict) -> None:
+    """Refuses what the constraint cannot even be written from: not JSON, not an object, or nested
+    deeper than the grammar library reads (Python's JSON reader and writer recurse, and near their
+    limit one row would stop the job)."""
+    if not isinstance(schema, (str, dict)):
+        raise ValueError(f"json_schema must be a dict or JSON text, got {type(schema).__name__}")
+    too_deep = f"json_schema is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+    if isinstance(schema, str):
+        try:
+            schema = json_module.loads(schema)
+        except json_module.JSONDecodeError as exc:
+            raise ValueError(f"json_schema is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(too_deep) from None
+    if not isinstance(schema, (dict, bool)):
+        raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
+    if _nested_deeper_than(schema, MAX_SCHEMA_DEPTH):
+        raise ValueError(too_deep)
+    try:
+        json_module.dumps(schema)  # as the constraint is written
+    except (TypeError, ValueError) as exc:  # a value JSON has no form for
+        raise ValueError(f"json_schema is not JSON ({exc})") from None
+
+
+def _nested_deeper_than(value: object, levels: int) -> bool:
+    """Whether objects and arrays (or tuples, written as arrays) nest more than ``levels`` deep, found
+    without recursion (a dict that contains itself nests without end)."""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list, tuple)):
+            if depth > levels:
+                return True
+            stack.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 @dataclass(frozen=True)

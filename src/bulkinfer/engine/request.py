@@ -6,9 +6,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bulkinfer.engine.detokenizer import Detokenizer
+from bulkinfer.engine.grammar import matcher_error
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.outputs import CompletionOutput, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
+
+# A sequence's finish reason once its grammar failed; its request then fails (never seen in an output).
+GRAMMAR_FAILED = "grammar_failed"
 
 
 @dataclass
@@ -25,10 +29,15 @@ class Request:
         return self.error is not None or all(seq.is_finished for seq in self.seqs)
 
     def output(self, detokenizer: Detokenizer) -> RequestOutput:
-        completions = [] if self.error else [_completion(seq, detokenizer) for seq in self.seqs]
-        prompt_logprobs = self.seqs[0].prompt_logprobs if self.seqs and not self.error else None
+        error = self.error or self._grammar_error()
+        completions = [] if error else [_completion(seq, detokenizer) for seq in self.seqs]
+        prompt_logprobs = self.seqs[0].prompt_logprobs if self.seqs and not error else None
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, completions,
-                             prompt_logprobs=prompt_logprobs, error=self.error)
+                             prompt_logprobs=prompt_logprobs, error=error)
+
+    def _grammar_error(self) -> str | None:
+        failed = next((seq for seq in self.seqs if seq.finish_reason == GRAMMAR_FAILED), None)
+        return None if failed is None else matcher_error(self.params.constraint, failed.matcher)
 
 
 def _completion(seq: Sequence, detokenizer: Detokenizer) -> CompletionOutput:
@@ -59,6 +68,9 @@ class StopChecker:
 
     def check(self, seq: Sequence) -> bool:
         token, params = seq.token_ids[-1], seq.params
+        # First: a failed matcher allows only end-of-sequence, which would otherwise read as a `stop`.
+        if seq.matcher is not None and seq.matcher.is_error():
+            return self._finish(seq, GRAMMAR_FAILED, None)
         if token in params.stop_token_ids:
             return self._finish(seq, "stop", token)
         if not params.ignore_eos and token in self.eos_token_ids:
