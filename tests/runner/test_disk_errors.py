@@ -4,10 +4,10 @@ fills up for real: a small tmpfs."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from tiny_disk import mounted_tmpfs
 from runner_files import prompts, read_results, write_jsonl
 from subprocess_job import SETTINGS, assert_consistent, commits, start
 
@@ -70,14 +70,8 @@ FINE_COMMITS = ("--shard-rows", "1", "--max-num-seqs", "2")  # about 30 commits:
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path):
-    """A 4 MiB tmpfs of our own: a disk that really fills up."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with mounted_tmpfs(tmp_path, "4m") as mount:
+        yield mount
 
 
 def test_a_really_full_disk_at_the_ledger_append_is_one_line(tiny_disk: Path, data: Path, tiny_llama: Path,

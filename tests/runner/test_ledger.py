@@ -4,10 +4,10 @@ counted once, and a full disk that fails an append without failing the close aft
 
 import errno
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from tiny_disk import mounted_tmpfs
 
 from bulkinfer.runner.outdir.ledger import (
     Commit,
@@ -158,14 +158,8 @@ def test_a_row_committed_twice_is_caught(tmp_path: Path) -> None:
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path):
-    """A 64 KiB tmpfs of our own: a disk that really fills up."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with mounted_tmpfs(tmp_path, "64k") as mount:
+        yield mount
 
 
 def _fill(disk: Path) -> None:
