@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke, one_line_error
 from runner_files import committed_job, read_results
+from tiny_disk import mounted_tmpfs
 
 ROWS = [{"row_index": 0, "prompt": "a", "error": None}, {"row_index": 1, "prompt": "b", "error": None}]
 
@@ -72,3 +73,14 @@ def test_status_and_export_expand_the_home_directory(capsys, tmp_path: Path, job
     assert invoke(capsys, "export", "~/job", "~/out.parquet")[0] == 0
     assert read_results(tmp_path / "out.parquet") == ROWS
     assert not any(path.name == "~" for path in Path(os.getcwd()).iterdir())
+
+
+@pytest.mark.parametrize("format, name", [("rows", "out.jsonl"), ("rows", "out.parquet"), ("openai-batch", "out.jsonl")])
+def test_a_full_disk_while_exporting_is_one_line_and_leaves_nothing(capsys, tmp_path: Path, format: str,
+                                                                     name: str) -> None:
+    rows = [{"row_index": i, "prompt": os.urandom(60_000).hex(), "error": None} for i in range(2)]
+    job = committed_job(tmp_path / "job", [rows], rows_total=2)
+    with mounted_tmpfs(tmp_path, "64k") as disk:
+        code, _, err = invoke(capsys, "export", job, disk / name, "--format", format)
+        assert code == 1 and err.count("\n") == 1 and err.startswith("bulkinfer: error: disk full writing ")
+        assert list(disk.iterdir()) == []

@@ -14,7 +14,7 @@ from bulkinfer.engine.tokenizer import load_tokenizer
 from bulkinfer.openai_batch.convert import requests_path
 from bulkinfer.openai_batch.logprobs import Decode
 from bulkinfer.openai_batch.responses import output_line
-from bulkinfer.runner.destination import claim, export_destination
+from bulkinfer.runner.destination import export_destination, writing
 from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.outdir.layout import JobDir
 from bulkinfer.runner.status import job_root
@@ -25,19 +25,14 @@ def export_openai_batch(output: Path, destination: Path, partial: bool = False) 
     output, destination = job_root(output), export_destination(destination)
     created = int(time.time())
     decode = _lazy_decoder(output)
-    tmp = destination.with_name(f".tmp-{destination.name}")
-    claim(tmp, destination)
-    try:
-        with tempfile.TemporaryDirectory(dir=destination.parent) as scratch:
-            rows_file = Path(scratch) / "rows.jsonl"
-            result = export_job(output, rows_file, partial=partial)
-            with open(rows_file, "rb") as rows, open(tmp, "wb") as out:
-                for line in rows:
-                    out.write(json.dumps(output_line(json.loads(line), created, decode)).encode() + b"\n")
-                sync_file(out)
-            publish(tmp, destination)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with writing(destination) as tmp, tempfile.TemporaryDirectory(dir=destination.parent) as scratch:
+        rows_file = Path(scratch) / "rows.jsonl"
+        result = export_job(output, rows_file, partial=partial)
+        with open(rows_file, "rb") as rows, open(tmp, "wb") as out:
+            for line in rows:
+                out.write(json.dumps(output_line(json.loads(line), created, decode)).encode() + b"\n")
+            sync_file(out)
+        publish(tmp, destination)
     return result
 
 

@@ -3,9 +3,12 @@ files only bulkinfer writes (replacing its ledger or a result file there would s
 
 from __future__ import annotations
 
+import contextlib
+import errno
 from pathlib import Path
+from typing import Iterator
 
-from bulkinfer.errors import UsageError
+from bulkinfer.errors import UsageError, disk_error
 from bulkinfer.runner.outdir.layout import JobDir
 
 
@@ -36,10 +39,21 @@ def _enclosing_job(path: Path) -> Path | None:
     return None
 
 
-def claim(tmp: Path, destination: Path) -> None:
-    """Create `tmp`, the file written before it becomes `destination`, so a place the user cannot write
-    to is one line."""
+@contextlib.contextmanager
+def writing(destination: Path) -> Iterator[Path]:
+    """The temporary file to write before it becomes `destination`, created now so that a place the user
+    cannot write to is one line; a full disk while writing is one line too. The file is gone afterwards,
+    unless the caller has published it as `destination`."""
+    tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
     try:
         tmp.touch()
     except OSError as exc:
         raise UsageError(f"{destination}: cannot be written ({exc.strerror or exc})") from None
+    try:
+        yield tmp
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise disk_error(exc, str(destination)) from None
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
-from bulkinfer.runner.destination import claim, export_destination
+from bulkinfer.runner.destination import export_destination, writing
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import (ResultFiles, fits, json_line, narrowed, rows_within,
                                                      unified_schema, widened)
@@ -47,16 +47,12 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
     _check_exportable(output, union, partial)
     spans = list(union.result_files())
     schema = _job_schema(spans, result_columns(union.task))
-    tmp = destination.with_name(f".tmp-{destination.name}")  # keeps the extension that picks the compression
-    claim(tmp, destination)
-    try:
+    with writing(destination) as tmp:
         rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
         if rows != union.rows_done:
             raise RunError(f"{output}: {rows:,} rows were read from its result files, where its ledger lists "
                            f"{union.rows_done:,}; nothing was exported")
         os.replace(tmp, destination)
-    finally:
-        tmp.unlink(missing_ok=True)
     return ExportResult(rows, union.rows_failed, union.rows_total)
 
 
