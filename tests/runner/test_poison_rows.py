@@ -89,14 +89,23 @@ def test_text_the_tokenizer_fails_on_fails_only_its_row(tiny_llama: Path) -> Non
     assert failure.row.index == 1 and failure.error.startswith("line 2: the tokenizer failed on the prompt")
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
-def test_a_row_the_writer_cannot_hold_is_written_as_an_error_row(tmp_path: Path, fmt: str) -> None:
+def _nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+# Parquet writes a value 60 lists deep, then cannot read it back; beside text it would be text itself.
+@pytest.mark.parametrize("fmt,fine,poison", [("parquet", "fine", "a\udfffb"), ("jsonl", "fine", "a\udfffb"),
+                                             ("parquet", None, _nested(60))])
+def test_a_row_the_writer_cannot_hold_is_written_as_an_error_row(tmp_path: Path, fmt: str, fine, poison) -> None:
     files = ResultFiles(tmp_path, fmt)
-    rows = [{"row_index": 0, "note": "fine", "error": None}, {"row_index": 1, "note": "a\udfffb", "error": None}]
+    rows = [{"row_index": 0, "note": fine, "error": None}, {"row_index": 1, "note": poison, "error": None}]
     written = files.write(1, rows)
     assert written.errors == 1
     back = files.read_range(written.name, 0, 2).to_pylist()
-    assert back[0]["note"] == "fine" and back[1]["note"] is None
+    assert back[0]["note"] == fine and back[0]["error"] is None and back[1]["note"] is None
     assert back[1]["error"].startswith("row 1: its values cannot be written")
 
 

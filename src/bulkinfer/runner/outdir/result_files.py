@@ -144,6 +144,8 @@ class ResultFiles:
     def _write_rows(self, handle: Any, rows: list[dict[str, Any]]) -> None:
         if self.format == "parquet":
             table = rows_to_table(rows, self.input_types)
+            if max(map(_parquet_levels, table.schema.types), default=0) > _PARQUET_MAX_LEVELS:
+                raise ValueError("nested too deeply for Parquet")  # it writes such a file, then cannot read it
             # Statistics only where export filters, and dictionaries only for short values: with either,
             # one huge text cell (a 50 MB prompt) would be copied several times over.
             pq.write_table(table, handle, write_statistics=[ROW_INDEX], use_dictionary=_short_columns(table))
@@ -204,10 +206,23 @@ _UNWRITABLE = (pa.ArrowException, UnicodeError, ValueError, TypeError, OverflowE
 def _unwritable(row: dict[str, Any]) -> dict[str, Any]:
     """The row reduced to its position and why: its values are what could not be written."""
     return {ROW_INDEX: row[ROW_INDEX], "error": f"row {row[ROW_INDEX]}: its values cannot be written as a result "
-                                                 f"(text that is not valid Unicode, or a value out of range)"}
+                                                 f"(text that is not valid Unicode, a value out of range, or nested too deeply)"}
 
 
 _LONG_TEXT = 1 << 16  # bytes
+_PARQUET_MAX_LEVELS = 100  # Arrow's Parquet reader refuses a schema nested deeper
+
+
+def _parquet_levels(data_type: pa.DataType) -> int:
+    """How many levels of a Parquet schema a column of this type takes: a struct one, a list two
+    (its group and the repeated field), a map three, plus the column's root and its leaf."""
+    if pa.types.is_struct(data_type):
+        return 1 + max((_parquet_levels(data_type.field(i).type) for i in range(data_type.num_fields)), default=1)
+    if pa.types.is_map(data_type):
+        return 3 + max(_parquet_levels(data_type.key_type), _parquet_levels(data_type.item_type))
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) or pa.types.is_fixed_size_list(data_type):
+        return 2 + _parquet_levels(data_type.value_type)
+    return 2
 
 
 def _short_columns(table: pa.Table) -> list[str]:
