@@ -25,7 +25,7 @@ import pyarrow as pa
 from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.job import load_llm
-from bulkinfer.runner.outdir.result_files import rows_to_table
+from bulkinfer.runner.outdir.row_tables import rows_to_table
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import GenerateRequests
 from bulkinfer.runner.results import GenerateResults

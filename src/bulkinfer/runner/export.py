@@ -23,8 +23,8 @@ from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX, result_columns
 from bulkinfer.runner.destination import export_destination, writing
 from bulkinfer.runner.outdir.ledger import Commit
-from bulkinfer.runner.outdir.result_files import (ResultFiles, fits, json_line, narrowed, rows_within,
-                                                     unified_schema, widened)
+from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
+from bulkinfer.runner.outdir.row_tables import fits, json_line, narrowed, unified_schema, widened
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
 from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
 
