@@ -16,22 +16,23 @@ Adding a kernel: one ``KernelCheck`` entry in ``CHECKS`` whose function returns 
 launcher decides for a ``Shape`` on a target. Adding a kernel option (a constexpr such as the
 attention's sliding window or softcap flags): its launches in the kernel's case function.
 
-Usage: python -m bulkinfer.bench.compile_check [--full] [--targets sm_80,sm_90] [--out PATH] [--jobs N]
+Usage: python -m bulkinfer.bench.compile_check [--matrix quick|sample|full] [--targets sm_80,sm_90] [--out PATH] [--jobs N]
 (TRITON_INTERPRET must be unset: interpreted kernels cannot be compiled.)
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -91,6 +92,11 @@ FULL = Matrix(("sm_80", "sm_86", "sm_90"), (64, 80, 96, 128, 256), tuple(range(1
 # spilled before 8 warps, with a GQA group, on the two targets most deployments use; attention
 # plain and with both a window and a cap (each alone is in the full matrix).
 QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,), ((0, 0.0), (4096, 50.0)))
+# What CI's slow suite compiles (about 120 variants, a few minutes on 2 cores): every kernel on
+# every target, at the shape values the quick subset leaves out (a head size that is not a power
+# of two, an odd GQA group, the larger block, fp16) and each attention option alone.
+SAMPLE = Matrix(FULL.targets, (80, 128), (3,), (32,), (torch.float16,))
+MATRICES = {"quick": QUICK, "sample": SAMPLE, "full": FULL}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -321,8 +327,24 @@ def run(matrix: Matrix, jobs: int = 1, checks: Iterable[KernelCheck] = CHECKS) -
     _ITEMS[:] = variants(matrix, checks).values()
     if jobs <= 1:
         return [_compile_item(index) for index in range(len(_ITEMS))]
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_compile_item, range(len(_ITEMS)), chunksize=1))
+    # Leaving the block terminates the pool, on Ctrl-C too: each worker then ends its ptxas with it.
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_start_worker) as pool:
+        return pool.map(_compile_item, range(len(_ITEMS)), chunksize=1)
+
+
+def _start_worker() -> None:
+    """Make the compiling process the leader of a process group that ends whole when the pool
+    ends, so that an interrupted check stops its workers and the ptxas they run, not only itself."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent hears Ctrl-C and terminates the pool
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))  # the worker and its ptxas
+    if sys.platform == "linux":  # a parent killed outright (as pytest kills it on Ctrl-C) sends SIGTERM too
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # the parent ended before the line above
+            os.killpg(0, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def report(matrix: Matrix, results: list[Variant]) -> dict:
@@ -342,12 +364,15 @@ def report(matrix: Matrix, results: list[Variant]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--full", action="store_true", help="every supported shape (default: the quick subset)")
+    parser.add_argument("--matrix", choices=MATRICES, default="quick",
+                        help="quick: what the default tests compile; sample: CI's subset over every target; "
+                             "full: every supported shape (default: quick)")
     parser.add_argument("--targets", help="comma-separated, from " + ", ".join(KNOWN_TARGETS))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON report (default: {DEFAULT_OUT})")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1) // 2), help="compiling processes")
     args = parser.parse_args(argv)
-    matrix = FULL if args.full else QUICK
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # a timeout ends the pool too
+    matrix = MATRICES[args.matrix]
     if args.targets:
         unknown = set(args.targets.split(",")) - set(KNOWN_TARGETS)
         if unknown:
