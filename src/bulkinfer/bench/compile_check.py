@@ -88,13 +88,13 @@ class Matrix:
 
 FULL = Matrix(("sm_80", "sm_86", "sm_90"), (64, 80, 96, 128, 256), tuple(range(1, 9)), (16, 32),
               (torch.float16, torch.bfloat16))
-# What the default test suite compiles (about 30 variants): the widest head size, the one that
+# What the default test suite compiles (about 50 variants): the widest head size, the one that
 # spilled before 8 warps, with a GQA group, on the two targets most deployments use; attention
 # plain and with both a window and a cap (each alone is in the full matrix).
 QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,), ((0, 0.0), (4096, 50.0)))
-# What CI's slow suite compiles (about 120 variants, a few minutes on 2 cores): every kernel on
-# every target, at the shape values the quick subset leaves out (a head size that is not a power
-# of two, an odd GQA group, the larger block, fp16) and each attention option alone.
+# What CI's slow suite compiles (about 120 variants): every kernel on every target, at the shape
+# values the quick subset leaves out (a head size that is not a power of two, an odd GQA group, the
+# larger block, fp16) and each attention option alone.
 SAMPLE = Matrix(FULL.targets, (80, 128), (3,), (32,), (torch.float16,))
 MATRICES = {"quick": QUICK, "sample": SAMPLE, "full": FULL}
 
