@@ -56,7 +56,6 @@ def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> 
     assert report["decode_step"]["vs_floor"] > 0 and report["decode_step"]["copy_gb_s"] > 0
 
 
-@pytest.mark.slow  # two whole bench runs, structured and free
 def test_bench_reports_a_structured_run_beside_the_free_one(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "4", "--compare",
                             "bulkinfer", "--structured", "json", "--output", tmp_path / "bench.json")
