@@ -14,6 +14,7 @@ from bulkinfer.bench.run import format_report, run_benchmark
 TINY = dict(model="random:tiny", workload="prefix", num_requests=2)
 
 
+@pytest.mark.slow
 def test_each_system_runs_in_turn_and_is_reported_by_its_median() -> None:
     report = run_benchmark(**TINY, compare=("bulkinfer", "static"), repeats=3)
     assert [run["system"] for run in report["runs"]] == ["bulkinfer", "static"] * 3
@@ -29,6 +30,7 @@ def test_each_system_runs_in_turn_and_is_reported_by_its_median() -> None:
     assert "median of 3" in format_report(report)
 
 
+@pytest.mark.slow
 def test_transformers_log_lines_stay_out_of_the_output() -> None:
     # Without psutil (hidden here), transformers' continuous batching logs an ERROR line on the CPU.
     hide_psutil = "import sys; sys.modules['psutil'] = None; from bulkinfer.cli import main; main()"
