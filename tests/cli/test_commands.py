@@ -82,6 +82,7 @@ def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path
     (["--compare", "bulkinfer,vllm"], "--compare: unknown system vllm"),
     (["--workload", "chat"], "--workload must be one of mixed, prefix, synthetic"),
     (["--model", "random:huge", "--compare", "bulkinfer"], "unknown random shape 'huge'"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
 ])
 def test_bench_mistakes_are_one_line(capsys, arguments: list[str], message: str) -> None:
     assert message in one_line_error(*invoke(capsys, "bench", *arguments)[::2])
