@@ -7,6 +7,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,38 +58,47 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
     bulkinfer_options = {**engine_options, "dtype": str(torch_dtype).removeprefix("torch."),
                          "max_model_len": options.max_model_len or max_len}
-    order = (*compare, "bulkinfer-json") if structured else compare
-    timings: dict[str, list[Timing]] = {system: [] for system in order}
-    runs = {
-        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, probe=not timings["bulkinfer"],
-                                                   **bulkinfer_options),
-        "bulkinfer-json": lambda: systems.run_bulkinfer(path, requests, temperature, schema=BENCH_SCHEMA,
-                                                        **bulkinfer_options),
-        "static": lambda: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
-        "continuous": lambda: systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device),
+    runs = {  # each takes whether it is the system's first run
+        "bulkinfer": lambda first: systems.run_bulkinfer(path, requests, temperature, probe=first,
+                                                         **bulkinfer_options),
+        "bulkinfer-json": lambda first: systems.run_bulkinfer(path, requests, temperature, schema=BENCH_SCHEMA,
+                                                              **bulkinfer_options),
+        "static": lambda first: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
+        "continuous": lambda first: systems.run_hf_continuous(path, requests, temperature, torch_dtype,
+                                                              torch_device),
     }
-    # Round after round, so that a machine that warms up, throttles or gets busy meets every system alike.
-    sequence, failures = [], {}
-    for _ in range(repeats):
-        for system in order:
-            if system in failures:
-                continue
-            try:
-                timings[system].append(runs[system]())
-            except Exception as exc:  # a baseline that breaks is reported, and the others still count
-                if system == "bulkinfer":
-                    raise
-                failures[system] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                continue
-            sequence.append({"system": system, "seconds": round(timings[system][-1].seconds, 3)})
+    order = (*compare, "bulkinfer-json") if structured else compare
+    timings, sequence, failures = _run_in_turn({system: runs[system] for system in order}, repeats)
     peak = matmul_tflops(torch_dtype, torch_device)
-    measured = {system: runs_of for system, runs_of in timings.items() if runs_of}
-    report = _report(path, model_config, workload, requests, torch_dtype, torch_device, measured, peak)
+    report = _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
     report["runs"] = sequence
     report["systems"].update({system: {"error": error} for system, error in failures.items()})
     if probe := next((t.decode for t in timings.get("bulkinfer", []) if t.decode is not None), None):
         report["decode_step"] = _decode_report(probe, copy_bytes_per_s(torch_device))
     return report
+
+
+def _run_in_turn(runs: dict[str, Callable[[bool], Timing]], repeats: int) -> tuple[dict, list, dict]:
+    """Every system once per round, in the given order, round after round (ABCABC, not AAABBB), so that a
+    machine that warms up, throttles or gets busy meets every system alike. Returns each system's timings,
+    every run in order, and why each system that broke broke (it is not run again)."""
+    timings: dict[str, list[Timing]] = {}
+    sequence: list[dict] = []
+    failures: dict[str, str] = {}
+    for _ in range(repeats):
+        for system, run in runs.items():
+            if system in failures:
+                continue
+            try:
+                timing = run(system not in timings)
+            except Exception as exc:  # a baseline that breaks is reported, and the others still count
+                if system == "bulkinfer":
+                    raise
+                failures[system] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                continue
+            timings.setdefault(system, []).append(timing)
+            sequence.append({"system": system, "seconds": round(timing.seconds, 3)})
+    return timings, sequence, failures
 
 
 def _decode_report(probe: DecodeProbe | str, bandwidth: float) -> dict:
