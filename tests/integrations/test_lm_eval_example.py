@@ -28,7 +28,7 @@ def test_the_offline_example_runs_with_no_network_and_the_demo_model_adds(tmp_pa
     offline = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
     argv = [sys.executable, "-m", "bulkinfer", *_documented_command(), "--output_path", str(tmp_path / "out")]
-    done = subprocess.run(argv, cwd=REPO, env=offline, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(argv, cwd=REPO, env=offline, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     [results_file] = (tmp_path / "out").rglob("results_*.json")
     arith = json.loads(results_file.read_text())["results"]["arith"]
