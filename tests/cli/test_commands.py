@@ -48,7 +48,7 @@ def test_inspect_mistakes_are_one_line(capsys, arguments: list[str], message: st
 @pytest.mark.slow
 def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "3",
-                            "--compare", "bulkinfer", "--output", tmp_path / "bench.json")
+                            "--compare", "bulkinfer", "--repeats", "1", "--output", tmp_path / "bench.json")
     assert code == 0, err
     assert "bulkinfer" in out and "useful tok/s" in out and "the bandwidth floor of" in out
     report = json.loads((tmp_path / "bench.json").read_text())
@@ -58,7 +58,7 @@ def test_bench_runs_bulkinfer_on_a_tiny_random_model(capsys, tmp_path: Path) -> 
 
 def test_bench_reports_a_structured_run_beside_the_free_one(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "4", "--compare",
-                            "bulkinfer", "--structured", "json", "--output", tmp_path / "bench.json")
+                            "bulkinfer", "--structured", "json", "--repeats", "1", "--output", tmp_path / "bench.json")
     assert code == 0, err
     assert "of unconstrained in generated tok/s" in out
     row = json.loads((tmp_path / "bench.json").read_text())["systems"]["bulkinfer-json"]
@@ -70,7 +70,7 @@ def test_bench_reports_a_structured_run_beside_the_free_one(capsys, tmp_path: Pa
 @pytest.mark.slow
 def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path: Path) -> None:
     code, out, err = invoke(capsys, "bench", "--model", "random:tiny", "--num-requests", "6",
-                            "--compare", "continuous", "--output", tmp_path / "bench.json")
+                            "--compare", "continuous", "--repeats", "1", "--output", tmp_path / "bench.json")
     assert code == 0, err
     report = json.loads((tmp_path / "bench.json").read_text())
     continuous = report["systems"]["continuous"]
@@ -82,6 +82,7 @@ def test_bench_runs_transformers_continuous_batching_to_the_end(capsys, tmp_path
     (["--compare", "bulkinfer,vllm"], "--compare: unknown system vllm"),
     (["--workload", "chat"], "--workload must be one of mixed, prefix, synthetic"),
     (["--model", "random:huge", "--compare", "bulkinfer"], "unknown random shape 'huge'"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
 ])
 def test_bench_mistakes_are_one_line(capsys, arguments: list[str], message: str) -> None:
     assert message in one_line_error(*invoke(capsys, "bench", *arguments)[::2])

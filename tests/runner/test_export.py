@@ -3,6 +3,8 @@ import json
 import random
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from runner_files import committed_job, read_results
 
@@ -107,3 +109,12 @@ def test_a_float_column_with_text_writes_whole_numbers_as_integers(tmp_path: Pat
     for name, files in [("apart", [[row] for row in rows]), ("together", [rows])]:
         export_job(committed_job(tmp_path / name, files, rows_total=3), tmp_path / f"{name}.jsonl")
         assert [row["value"] for row in read_results(tmp_path / f"{name}.jsonl")] == ["2", "two", "[2, 2.5]"]
+
+
+def test_result_files_without_declared_types_export_their_empty_columns_typed(tmp_path: Path) -> None:
+    # Files written before result columns had declared types hold an `error` with no value as type null.
+    rows = [{"row_index": i, "prompt": f"p{i}", "generated_text": f"g{i}", "error": None} for i in range(3)]
+    job = committed_job(tmp_path / "out", [rows], 3)
+    assert pq.read_schema(next((job / "shards").glob("*.parquet"))).field("error").type == pa.null()
+    export_job(job, tmp_path / "out.parquet")
+    assert pq.read_schema(tmp_path / "out.parquet").field("error").type == pa.string()

@@ -60,3 +60,21 @@ def test_a_failed_export_leaves_no_temporary_file(job: Path, tmp_path: Path) -> 
     with pytest.raises(Exception):
         export_job(job, tmp_path / "out.parquet")
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def _export_of(tmp_path: Path, tiny_llama: Path, name: str, prompts: list[str]) -> pa.Table:
+    data = tmp_path / f"{name}.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    config = JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / name),
+                                     max_tokens=2, temperature=0.0, max_model_len=32)
+    run_job(config)
+    export_job(tmp_path / name, tmp_path / f"{name}.parquet")
+    return pq.read_table(tmp_path / f"{name}.parquet")
+
+
+def test_result_columns_keep_their_types_when_no_row_has_a_value(tmp_path: Path, tiny_llama: Path) -> None:
+    clean = _export_of(tmp_path, tiny_llama, "clean", ["1+1=", "2+2="])
+    failing = _export_of(tmp_path, tiny_llama, "failing", ["1+1=", "9" * 200])  # longer than max_model_len
+    assert clean.column("error").null_count == 2 and failing.column("error").null_count == 1
+    assert clean.schema.field("error").type == pa.string()
+    assert pa.concat_tables([clean, failing]).num_rows == 4  # the same schema: no promotion needed

@@ -1,11 +1,13 @@
-"""One benchmark run: a model, a workload, the systems one after another in this process."""
+"""One benchmark: a model, a workload, and each system timed several times, in turn, in this process."""
 
 from __future__ import annotations
 
 import json
 import platform
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -14,6 +16,7 @@ from bulkinfer.bench import SYSTEMS, systems
 from bulkinfer.bench.decode_floor import DecodeProbe
 from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
+from bulkinfer.bench.systems import Timing, quiet_third_party_logs
 from bulkinfer.bench.workloads import BENCH_SCHEMA, make_workload, prompt_tokens, useful_tokens
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.resolve import resolve_device, resolve_dtype
@@ -36,9 +39,13 @@ def model_path(model: str, dtype: str) -> Path:
 
 
 def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[str, ...] = SYSTEMS,
-                  workload_seed: int = 0, structured: bool = False, **engine_options) -> dict:
+                  workload_seed: int = 0, structured: bool = False, repeats: int = 3, **engine_options) -> dict:
     """engine_options: EngineConfig's fields; dtype and device hold for the baselines too. structured:
-    bulkinfer runs again with every request constrained to BENCH_SCHEMA, as the system "bulkinfer-json"."""
+    bulkinfer runs again with every request constrained to BENCH_SCHEMA, as the system "bulkinfer-json".
+    repeats: rounds, each running every system once, in the same order (ABCABC, not AAABBB)."""
+    if repeats < 1:
+        raise ValueError("--repeats must be at least 1")
+    quiet_third_party_logs()
     options = EngineConfig(**engine_options)
     path = model_path(model, options.dtype)
     model_config, _ = read_config(path, options.model_impl)
@@ -51,27 +58,47 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
         raise ValueError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
     bulkinfer_options = {**engine_options, "dtype": str(torch_dtype).removeprefix("torch."),
                          "max_model_len": options.max_model_len or max_len}
-    runs = {
-        "bulkinfer": lambda: systems.run_bulkinfer(path, requests, temperature, **bulkinfer_options),
-        "bulkinfer-json": lambda: systems.run_bulkinfer(path, requests, temperature, schema=BENCH_SCHEMA,
-                                                        **bulkinfer_options),
-        "static": lambda: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
-        "continuous": lambda: systems.run_hf_continuous(path, requests, temperature, torch_dtype, torch_device),
+    runs = {  # each takes whether it is the system's first run
+        "bulkinfer": lambda first: systems.run_bulkinfer(path, requests, temperature, probe=first,
+                                                         **bulkinfer_options),
+        "bulkinfer-json": lambda first: systems.run_bulkinfer(path, requests, temperature, schema=BENCH_SCHEMA,
+                                                              **bulkinfer_options),
+        "static": lambda first: systems.run_hf_static(path, requests, temperature, torch_dtype, torch_device),
+        "continuous": lambda first: systems.run_hf_continuous(path, requests, temperature, torch_dtype,
+                                                              torch_device),
     }
-    timings, failures = [], {}
-    for system in (*compare, "bulkinfer-json") if structured else compare:
-        try:
-            timings.append(runs[system]())
-        except Exception as exc:  # a baseline that breaks is reported, and the others still count
-            if system == "bulkinfer":
-                raise
-            failures[system] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    order = (*compare, "bulkinfer-json") if structured else compare
+    timings, sequence, failures = _run_in_turn({system: runs[system] for system in order}, repeats)
     peak = matmul_tflops(torch_dtype, torch_device)
     report = _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
+    report["runs"] = sequence
     report["systems"].update({system: {"error": error} for system, error in failures.items()})
-    if probe := next((t.decode for t in timings if t.decode is not None), None):
+    if probe := next((t.decode for t in timings.get("bulkinfer", []) if t.decode is not None), None):
         report["decode_step"] = _decode_report(probe, copy_bytes_per_s(torch_device))
     return report
+
+
+def _run_in_turn(runs: dict[str, Callable[[bool], Timing]], repeats: int) -> tuple[dict, list, dict]:
+    """Every system once per round, in the given order, round after round (ABCABC, not AAABBB), so that a
+    machine that warms up, throttles or gets busy meets every system alike. Returns each system's timings,
+    every run in order, and why each system that broke broke (it is not run again)."""
+    timings: dict[str, list[Timing]] = {}
+    sequence: list[dict] = []
+    failures: dict[str, str] = {}
+    for _ in range(repeats):
+        for system, run in runs.items():
+            if system in failures:
+                continue
+            try:
+                timing = run(system not in timings)
+            except Exception as exc:  # a baseline that breaks is reported, and the others still count
+                if system == "bulkinfer":
+                    raise
+                failures[system] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                continue
+            timings.setdefault(system, []).append(timing)
+            sequence.append({"system": system, "seconds": round(timing.seconds, 3)})
+    return timings, sequence, failures
 
 
 def _decode_report(probe: DecodeProbe | str, bandwidth: float) -> dict:
@@ -80,21 +107,28 @@ def _decode_report(probe: DecodeProbe | str, bandwidth: float) -> dict:
     return {**probe.report(bandwidth), "copy_gb_s": round(bandwidth / 1e9, 1)}
 
 
-def _report(path, model_config, workload, requests, dtype, device, timings, peak) -> dict:
+def _report(path, model_config, workload, requests, dtype, device, timings: dict[str, list[Timing]], peak) -> dict:
+    """Each system's figures from the median of its runs' times, with their range as the spread."""
     useful = useful_tokens(requests)
     layers = model_config.num_layers
     params = matmul_params(model_config)
     rows = {}
-    for timing in timings:
+    for system, runs in timings.items():
+        seconds = [timing.seconds for timing in runs]
+        median = statistics.median(seconds)
+        timing = sorted(runs, key=lambda t: t.seconds)[(len(runs) - 1) // 2]  # a run at the median: its counts
         flops = model_flops(params, layers, model_config.num_heads * model_config.head_dim, requests,
                             timing.computed_prompt_tokens)
-        rows[timing.system] = {
-            "seconds": round(timing.seconds, 3),
-            "useful_output_tok_s": round(useful / timing.seconds, 1),
-            "total_tok_s": round((useful + prompt_tokens(requests)) / timing.seconds, 1),
+        rows[system] = {
+            "seconds": round(median, 3),
+            "seconds_min": round(min(seconds), 3),
+            "seconds_max": round(max(seconds), 3),
+            "repeats": len(seconds),
+            "useful_output_tok_s": round(useful / median, 1),
+            "total_tok_s": round((useful + prompt_tokens(requests)) / median, 1),
             "generated_tokens": timing.generated_tokens,
-            "generated_tok_s": round(timing.generated_tokens / timing.seconds, 1),
-            "mfu": round(flops / timing.seconds / 1e12 / peak, 3),
+            "generated_tok_s": round(timing.generated_tokens / median, 1),
+            "mfu": round(flops / median / 1e12 / peak, 3),
             **({"grammar": timing.grammar} if timing.grammar else {}),
         }
     base = rows.get("bulkinfer", {}).get("useful_output_tok_s")
@@ -125,7 +159,7 @@ def format_report(report: dict) -> str:
              f"matmul peak {report['peak_matmul_tflops'] * 1000:.0f} GFLOP/s"]
     for name, row in report["systems"].items():
         if "error" in row:
-            lines.append(f"  {name:<11} failed: {row['error']}")
+            lines.append(f"  {name:<14} failed: {row['error']}")
             continue
         speedup = f"  (bulkinfer {row['bulkinfer_speedup']}x)" if "bulkinfer_speedup" in row else ""
         if "vs_unconstrained" in row:
@@ -134,8 +168,9 @@ def format_report(report: dict) -> str:
                        f"{grammar['mask_ms_per_step']:.2f} ms/step at {grammar['rows_per_step']:.0f} rows, "
                        f"{grammar['probe_256']['step_ms']:.2f} ms at 256; {grammar['jump_forward_tokens']} tokens "
                        f"jumped)")
-        lines.append(f"  {name:<11} {row['seconds']:>8.2f} s  {row['useful_output_tok_s']:>9.1f} useful tok/s  "
-                     f"MFU {row['mfu']:.1%}{speedup}")
+        spread = f"({row['seconds_min']:.2f}-{row['seconds_max']:.2f}, median of {row['repeats']})"
+        lines.append(f"  {name:<14} {row['seconds']:>8.2f} s {spread:<26} {row['useful_output_tok_s']:>9.1f} "
+                     f"useful tok/s  MFU {row['mfu']:.1%}{speedup}")
     if decode := report.get("decode_step"):
         lines.append(f"  decode step failed: {decode['error']}" if "error" in decode else
                      f"  decode step  {decode['batch']} sequences of {decode['prompt_tokens']}+ tokens: "

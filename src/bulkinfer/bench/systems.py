@@ -37,8 +37,9 @@ class Timing:
 
 
 def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, schema: dict | None = None,
-                  **engine_args) -> Timing:
-    """schema: constrain every request's output to it (the grammar is compiled before the timing)."""
+                  probe: bool = True, **engine_args) -> Timing:
+    """schema: constrain every request's output to it (the grammar is compiled before the timing).
+    probe: time a decode step afterwards (decode_floor.py); once per benchmark is enough."""
     llm = LLM(str(path), **engine_args)
     params = [SamplingParams(n=r.n, max_tokens=r.max_tokens, temperature=temperature, ignore_eos=True, seed=i,
                              json=schema) for i, r in enumerate(requests)]
@@ -55,6 +56,8 @@ def run_bulkinfer(path: Path, requests: list[BenchRequest], temperature: float, 
     if schema is not None:
         timing.grammar = grammar_report(llm, grammar_before, params[0])
         return timing  # the decode probe belongs to the unconstrained run
+    if not probe:
+        return timing
     try:
         timing.decode = probe_decode(llm)
     except (RuntimeError, ValueError) as exc:  # reported beside the throughput, which still counts
@@ -70,13 +73,20 @@ def warm_up(llm, tokens: list[int]) -> None:
     llm.generate([prompt] * rows, SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)
 
 
-def _hf_model(path: Path, dtype: torch.dtype, device: torch.device):
-    from transformers import AutoModelForCausalLM
+def quiet_third_party_logs() -> None:
+    """Only the report speaks: transformers' warnings and load bars say nothing about the benchmark, and
+    its continuous batching logs an ERROR on the CPU without psutil, for a memory figure it does not need.
+    Levels are set per logger (its own, "ContinuousBatchingLogger", does not propagate to "transformers"),
+    so that a real failure still raises and stderr still shows whatever else goes wrong."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # a bar per load says nothing about the benchmark
-    # Its continuous batching asks for psutil on the CPU, to report memory it does not need.
-    logging.getLogger("transformers.generation.continuous_batching").setLevel(logging.CRITICAL)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("ContinuousBatchingLogger").setLevel(logging.CRITICAL)
+
+
+def _hf_model(path: Path, dtype: torch.dtype, device: torch.device):
+    from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False).to(device).eval()
 

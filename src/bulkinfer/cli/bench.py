@@ -22,6 +22,8 @@ class BenchSettings:
                                      "synthetic (n = 4 samples at temperature 0.8).", choices=WORKLOADS)
     num_requests: int = setting(128, "Requests in the workload.")
     compare: str = setting(",".join(SYSTEMS), "Comma-separated systems to run.")
+    repeats: int = setting(3, "Times each system runs, in turn (ABCABC): the report gives the median time and "
+                              "the range.")
     structured: str | None = setting(None, "json: run bulkinfer a second time with every request constrained to a "
                                            "small JSON schema, and report both (default: off).", choices=("json",))
     output: Path | None = setting(None, "Also write the report to this JSON file (default: none).")
@@ -49,7 +51,7 @@ def bench_command(**options: Any) -> int:
 
     try:
         report = run_benchmark(own.model, own.workload, own.num_requests, compare=systems,
-                               structured=own.structured is not None, **engine)
+                               structured=own.structured is not None, repeats=own.repeats, **engine)
     except ValueError as exc:  # an unknown random shape or engine option, or a model that is not there
         raise UsageError(str(exc)) from None
     print(format_report(report))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+import pyarrow as pa
+
 # The key of every row: its position across all inputs. Result files, the ledger and export use it.
 ROW_INDEX = "row_index"
 # The result columns that only this task writes, in output order (see result_columns).
@@ -15,6 +17,34 @@ TASK_COLUMNS = {
 
 # generate's columns that a job has only when some row may need them (see JobConfig.wants).
 OPTIONAL_COLUMNS = ("generated_json", "logprobs", "prompt_logprobs")
+
+
+# Result columns whose Arrow type is the same in every job: declared, so that a column with no value in
+# a file (no row failed: `error` all null) keeps its type there and the files of several jobs concatenate.
+_TOKEN = pa.struct([("token_id", pa.int64()), ("logprob", pa.float64())])
+_POSITIONS = pa.list_(pa.struct([("token_id", pa.int64()), ("logprob", pa.float64()),
+                                 ("top_logprobs", pa.list_(_TOKEN))]))
+FIXED_TYPES: dict[str, pa.DataType] = {
+    "prompt_tokens": pa.int64(),
+    "error": pa.string(),
+    "prompt_logprobs": _POSITIONS,
+    "logprob": pa.float64(),
+    "is_greedy": pa.bool_(),
+    "choice_logprobs": pa.list_(pa.float64()),
+    "choice_logprobs_norm": pa.list_(pa.float64()),
+    "choice": pa.int64(),
+    "choice_norm": pa.int64(),
+}
+# generate's columns of one value per sample: a list of these when a row may have n > 1.
+_SAMPLE_TYPES = {"generated_text": pa.string(), "finish_reason": pa.string(), "completion_tokens": pa.int64(),
+                 "generated_json": pa.string(), "logprobs": _POSITIONS}
+
+
+def result_types(task: str, list_outputs: bool) -> dict[str, pa.DataType]:
+    """The Arrow type of each of the task's result columns; `list_outputs`: see JobConfig.list_outputs."""
+    samples = {name: pa.list_(t) if list_outputs else t for name, t in _SAMPLE_TYPES.items()}
+    types = {**FIXED_TYPES, **samples}
+    return {name: types[name] for name in result_columns(task)}
 
 
 def result_columns(task: str) -> tuple[str, ...]:

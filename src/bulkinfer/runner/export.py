@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
-from bulkinfer.runner.columns import ROW_INDEX, result_columns
+from bulkinfer.runner.columns import FIXED_TYPES, ROW_INDEX, result_columns
 from bulkinfer.runner.destination import export_destination, writing
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
@@ -82,7 +82,7 @@ def _job_schema(spans: list[tuple[ResultFiles, Commit]], results: tuple[str, ...
     """The schema every committed file fits into. A column that some file's values cannot take the common
     type of (an int beyond 2**53 where another file holds floats) is text, as if those rows had shared a file."""
     schemas = [files.schema(span.file) for files, span in spans]
-    schema = unified_schema(schemas, results)
+    schema = unified_schema(schemas, results, FIXED_TYPES)
     for (files, span), own in zip(spans, schemas):
         for field in own:
             index = schema.get_field_index(field.name)

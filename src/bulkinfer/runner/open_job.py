@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.errors import RunError, UsageError, disk_error
+from bulkinfer.runner.columns import result_types
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
@@ -47,7 +48,8 @@ class OpenJob:
         return len(self.rows)
 
     def committer(self, config: JobConfig) -> Committer:
-        files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files))
+        files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files),
+                            result_types(config.task, config.list_outputs))
         return Committer(files, self.ledger, self.progress, config.shard_rows, config.commit_seconds,
                          self.check_before_commit)
 

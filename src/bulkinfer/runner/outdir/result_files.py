@@ -53,10 +53,14 @@ class WrittenFile:
 class ResultFiles:
     """The results folder of one job (or one shard of it)."""
 
-    def __init__(self, directory: Path, fmt: str = "parquet", input_types: dict[str, pa.DataType] | None = None):
+    def __init__(self, directory: Path, fmt: str = "parquet", input_types: dict[str, pa.DataType] | None = None,
+                 result_types: dict[str, pa.DataType] | None = None):
+        """`input_types`: those of a Parquet input's columns; `result_types`: the task's (columns.result_types).
+        Parquet files keep both even where a column has no value; JSON has no types to keep."""
         self.directory = directory
         self.format = fmt
         self.input_types = input_types or {}
+        self.result_types = result_types or {}
 
     def path_of(self, seq: int) -> Path:
         return self.directory / f"shard-{seq:06d}{EXTENSIONS[self.format]}"
@@ -137,7 +141,7 @@ class ResultFiles:
 
     def _write_rows(self, handle: Any, rows: list[dict[str, Any]]) -> None:
         if self.format == "parquet":
-            table = rows_to_table(rows, self.input_types)
+            table = rows_to_table(rows, {**self.input_types, **self.result_types})
             if max(map(_parquet_levels, table.schema.types), default=0) > _PARQUET_MAX_LEVELS:
                 raise ValueError("nested too deeply for Parquet")  # it writes such a file, then cannot read it
             # Statistics only where export filters, and dictionaries only for short values: with either,

@@ -76,16 +76,20 @@ def rows_to_table(rows: list[dict[str, Any]], types: dict[str, pa.DataType] | No
     return pa.table({name: _column([row.get(name) for row in rows], (types or {}).get(name)) for name in names})
 
 
-def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...]) -> pa.Schema:
+def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...],
+                   declared: dict[str, pa.DataType] | None = None) -> pa.Schema:
     """One schema all the given ones fit into: row_index, input columns, then those of `results`
-    (the task's result columns, see columns.result_columns) that the files hold, in that order."""
+    (the task's result columns, see columns.result_columns) that the files hold, in that order.
+    A column with no value in any file (type null: files written before result types were declared)
+    takes its `declared` type, so that it is the same whichever rows the job had."""
     types: dict[str, list[pa.DataType]] = {}
     for schema in schemas:
         for field in schema:
             types.setdefault(field.name, []).append(field.type)
     inputs = [name for name in types if name != ROW_INDEX and name not in results]
     ordered = [ROW_INDEX, *inputs, *(name for name in results if name in types)]
-    return pa.schema([(name, _common_type(types.get(name, [pa.int64()]))) for name in ordered])
+    common = {name: _common_type(types.get(name, [pa.int64()])) for name in ordered}
+    return pa.schema([(name, (declared or {}).get(name, t) if pa.types.is_null(t) else t) for name, t in common.items()])
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
