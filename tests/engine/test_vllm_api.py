@@ -88,6 +88,17 @@ def test_get_tokenizer_is_the_engines_tokenizer(llm: LLM, hf_tokenizer) -> None:
     assert llm.get_tokenizer().encode("Hello there") == hf_tokenizer.encode("Hello there")
 
 
+def test_generate_takes_vllms_prompt_dicts(llm: LLM) -> None:
+    params = SamplingParams(temperature=0, max_tokens=4)
+    ids = llm.tokenizer.encode("Hello there")
+    by_text, by_ids = llm.generate("Hello there", params, use_tqdm=False)[0], llm.generate(ids, params, use_tqdm=False)[0]
+    from_dicts = llm.generate([{"prompt": "Hello there"}, {"prompt_token_ids": ids}], params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in from_dicts] == [by_text.outputs[0].token_ids, by_ids.outputs[0].token_ids]
+    assert llm.generate({"prompt": "Hello there"}, params, use_tqdm=False)[0].prompt == "Hello there"
+    with pytest.raises(ValueError, match="needs a 'prompt' or a 'prompt_token_ids' key"):
+        llm.generate({"text": "Hello there"}, params, use_tqdm=False)
+
+
 def test_outputs_carry_vllms_fields(llm: LLM) -> None:
     prompt = "A long shared prefix that fills more than one KV block of sixteen tokens, then some more text."
     params = SamplingParams(temperature=0, max_tokens=3)

@@ -21,6 +21,9 @@ for output in llm.generate(prompts, greedy):
     total = sum(step[token].logprob for step, token in zip(completion.logprobs, completion.token_ids))
     assert abs(total - completion.cumulative_logprob) < 1e-4
 
+by_tokens = llm.generate({"prompt_token_ids": tokenizer(prompts[0]).input_ids}, greedy, use_tqdm=False)
+assert by_tokens[0].outputs[0].token_ids == llm.generate(prompts[0], greedy)[0].outputs[0].token_ids
+
 conversation = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}]
 sampled = llm.chat(conversation, SamplingParams(temperature=0.8, top_p=0.95, max_tokens=8, seed=1, n=2),
                    use_tqdm=False)

@@ -34,7 +34,8 @@ from bulkinfer.outputs import PositionLogprobs, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
-Prompt = str | list[int]
+# Text, token ids, or vLLM's TextPrompt / TokensPrompt: {"prompt": text} or {"prompt_token_ids": ids}.
+Prompt = str | list[int] | dict[str, Any]
 
 
 class LLM:
@@ -164,7 +165,7 @@ class LLM:
                  sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """Outputs in input order. A prompt that cannot run gets an output with ``error`` set."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         return self._run_all([self._encoded(prompt) for prompt in prompts], sampling_params, use_tqdm)
 
@@ -187,6 +188,10 @@ class LLM:
         return self._run_all(encoded, sampling_params, use_tqdm)
 
     def _encoded(self, prompt: Prompt, add_special_tokens: bool = True) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, dict):
+            if not {"prompt", "prompt_token_ids"} & prompt.keys():
+                raise ValueError("a prompt dict needs a 'prompt' or a 'prompt_token_ids' key")
+            prompt = prompt["prompt_token_ids"] if "prompt_token_ids" in prompt else prompt["prompt"]
         if isinstance(prompt, str):
             return prompt, self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
         return None, list(prompt)
