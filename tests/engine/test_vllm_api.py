@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
 from bulkinfer import LLM, SamplingParams
+from bulkinfer.engine.chat_sandbox import MAX_SECONDS
 from bulkinfer.sampling_params import GuidedDecodingParams, StructuredOutputsParams
 from bulkinfer.settings import settings_of
 
@@ -70,6 +72,13 @@ def test_chat_continues_a_final_message_as_transformers(llm: LLM, hf_tokenizer) 
                         add_generation_prompt=False, continue_final_message=True)
     assert output.prompt == hf_tokenizer.apply_chat_template(CONVERSATION[:3], tokenize=False,
                                                              continue_final_message=True)
+
+
+def test_a_chat_template_given_by_the_caller_runs_in_the_sandbox(llm: LLM) -> None:
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="^conversation 0: chat template stopped: "):
+        llm.chat(CONVERSATION, chat_template="{{ range(10**9) | list | length }}", use_tqdm=False)
+    assert time.monotonic() - started < MAX_SECONDS + 1
 
 
 def test_chat_joins_openai_text_parts_and_refuses_other_parts(llm: LLM) -> None:
