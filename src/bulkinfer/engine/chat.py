@@ -44,7 +44,8 @@ def _with_text_content(message: Message) -> Message:
     content = message.get("content")
     if not isinstance(content, list):
         return message
-    kinds = {part.get("type") if isinstance(part, dict) else type(part).__name__ for part in content}
-    if kinds - {"text"}:
-        raise ValueError(f"only text content parts are supported, got {', '.join(sorted(map(str, kinds - {'text'})))}")
+    for part in content:
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ValueError(f"only text content parts ({{'type': 'text', 'text': ...}}) are supported, got {kind}")
     return {**message, "content": "\n".join(part["text"] for part in content)}
