@@ -27,6 +27,9 @@ class CompletionOutput:
     finish_reason: str | None  # "stop" | "length" | None while running or on error
     stop_reason: int | str | None = None  # the stop string or stop token that ended it
 
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
 
 @dataclass
 class RequestOutput:
@@ -36,4 +39,5 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     prompt_logprobs: list[PositionLogprobs | None] | None = None
     finished: bool = True
+    num_cached_tokens: int | None = None  # prompt tokens whose KV came from the prefix cache
     error: str | None = None  # set when the request could not run at all (e.g. too long)

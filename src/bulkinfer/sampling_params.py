@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import json as json_module
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
 from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
+from bulkinfer.structured_outputs_params import GuidedDecodingParams, StructuredOutputsParams, constraint_fields
 
 # The structured-output fields, vLLM's names; at most one may be set. See Constraint.
 CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
@@ -50,8 +51,15 @@ class SamplingParams:
     choice: list[str] | None = setting(None, "The output is exactly one of these strings; repeatable.",
                                        name="choices")
     grammar: str | None = setting(None, "Lark grammar (llguidance's dialect) or GBNF the output must match.")
+    # vLLM's wrappers of the five fields above, for Python callers only: init arguments, not fields, so they
+    # are no settings; what they ask for is set on the fields above (read those; these read back as None,
+    # which keeps dataclasses.replace from applying them twice).
+    structured_outputs: InitVar[StructuredOutputsParams | None] = None
+    guided_decoding: InitVar[GuidedDecodingParams | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, structured_outputs: StructuredOutputsParams | None = None,
+                      guided_decoding: GuidedDecodingParams | None = None) -> None:
+        self._unwrap_constraint(structured_outputs, guided_decoding)
         self.stop_token_ids = self.stop_token_ids or []  # None too, as vLLM takes it
         self._coerce_types()  # first: a lone stop string becomes a one-item list, a tuple a list
         self.stop = [s for s in (self.stop or []) if s]
@@ -60,6 +68,13 @@ class SamplingParams:
         check_seed("seed", self.seed)
         self._validate()
         self._validate_constraint()
+
+    def _unwrap_constraint(self, structured_outputs: StructuredOutputsParams | None,
+                           guided_decoding: GuidedDecodingParams | None) -> None:
+        for name, value in constraint_fields(structured_outputs, guided_decoding).items():
+            if getattr(self, name) not in (None, False):
+                raise ValueError(f"{name} is given both on SamplingParams and in its structured_outputs")
+            setattr(self, name, value)
 
     def _coerce_types(self) -> None:
         """Each value as its declared type, so that a wrong one is refused here, by name, and not deep in the

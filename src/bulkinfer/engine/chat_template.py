@@ -27,38 +27,44 @@ def _compiled(source: str) -> jinja2.Template:
 
 
 class ChatTemplate:
-    """The tokenizer's chat template, compiled once, and the special tokens it may write."""
+    """The tokenizer's chat template (or ``source``, a template in its place), compiled once, and the special
+    tokens it may write."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        """Raises ChatTemplateError if the tokenizer has no chat template or the template does not compile."""
+    def __init__(self, tokenizer: Any, source: str | None = None) -> None:
+        """Raises ChatTemplateError if there is no chat template or the template does not compile."""
         try:
-            self.source = tokenizer.get_chat_template()
+            self.source = tokenizer.get_chat_template() if source is None else source
             self.template = _compiled(self.source)
         except (ValueError, jinja2.TemplateError) as exc:
             raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from None
         self.special_tokens = dict(tokenizer.special_tokens_map)
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-               continue_final_message: bool = False) -> str:
+               continue_final_message: bool = False, tools: list[dict[str, Any]] | None = None,
+               template_kwargs: dict[str, Any] | None = None) -> str:
         """The conversation as prompt text. ``continue_final_message`` leaves the last message open for the
-        model to go on with, instead of starting a new assistant turn."""
+        model to go on with, instead of starting a new assistant turn. ``template_kwargs`` are more variables
+        for the template (``enable_thinking=False``, say), as transformers' ``apply_chat_template(**kwargs)``."""
         try:
             messages = _normalized(messages)
             if continue_final_message:
                 messages[-1] = {**messages[-1], "content": messages[-1]["content"] + _CONTINUE_TAG}
-            text = self._generate(messages, add_generation_prompt)
+            variables = {**self.special_tokens, **(template_kwargs or {}), "tools": tools, "documents": None,
+                         "add_generation_prompt": add_generation_prompt}
+            text = self._generate(messages, variables)
         except TemplateLimitError as exc:
             raise ChatTemplateError(f"chat template stopped: {exc}") from exc
         except Exception as exc:  # templates raise whatever their author chose (often jinja2 errors)
             raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from exc
         return _cut_at_tag(text) if continue_final_message else text
 
-    def _generate(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-        size = sum(len(str(value)) for message in messages for value in message.values())
+    def _generate(self, messages: list[dict[str, Any]], variables: dict[str, Any]) -> str:
+        # The output budget grows with what the caller gives the template: messages, tools and kwargs.
+        size = (sum(len(str(value)) for message in messages for value in message.values())
+                + sum(len(str(value)) for name, value in variables.items() if name not in self.special_tokens))
         with rendering(MIN_OUTPUT_CHARS + OUTPUT_CHARS_PER_INPUT_CHAR * size) as budget:
             chunks, length = [], 0
-            for chunk in self.template.generate(messages=messages, tools=None, documents=None,
-                                                add_generation_prompt=add_generation_prompt, **self.special_tokens):
+            for chunk in self.template.generate(messages=messages, **variables):
                 length += len(chunk)
                 budget.check_size(length, "output")
                 budget.spend()

@@ -1,4 +1,4 @@
-"""The engine's public face: ``LLM.generate`` for lists, ``add_request``/``step`` for streams."""
+"""The engine's public face: ``LLM.generate`` and ``LLM.chat`` for lists, ``add_request``/``step`` for streams."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 from tqdm.auto import tqdm
 
 from bulkinfer.engine.block_manager import BlockManager
+from bulkinfer.engine.chat import Message, conversations_of, render_conversations
+from bulkinfer.engine.chat_template import ChatTemplate
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.grammar import GrammarCache
@@ -32,7 +34,8 @@ from bulkinfer.outputs import PositionLogprobs, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
-Prompt = str | list[int]
+# Text, token ids, or vLLM's TextPrompt / TokensPrompt: {"prompt": text} or {"prompt_token_ids": ids}.
+Prompt = str | list[int] | dict[str, Any]
 
 
 class LLM:
@@ -82,8 +85,7 @@ class LLM:
 
     def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
         """Queue a request; its output comes back from a later step() once all its samples finish."""
-        text, token_ids = (prompt, self.tokenizer.encode(prompt)) if isinstance(prompt, str) else (None, list(prompt))
-        self._add(request_id, text, token_ids, params or SamplingParams())
+        self._add(request_id, *self._encoded(prompt), params or SamplingParams())
 
     def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
         """Queue a prefill-only request that records the log-probability of every token from
@@ -155,21 +157,58 @@ class LLM:
 
     # ---- batch interface -----------------------------------------------------------------
 
+    def get_tokenizer(self) -> Any:
+        """The checkpoint's Hugging Face tokenizer, the one the engine encodes and decodes with."""
+        return self.tokenizer
+
     def generate(self, prompts: Prompt | SequenceOf[Prompt],
                  sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """Outputs in input order. A prompt that cannot run gets an output with ``error`` set."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
+        return self._run_all([self._encoded(prompt) for prompt in prompts], sampling_params, use_tqdm)
+
+    def chat(self, messages: SequenceOf[Message] | SequenceOf[SequenceOf[Message]],
+             sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
+             use_tqdm: bool = True, chat_template: str | None = None, chat_template_content_format: str = "auto",
+             add_generation_prompt: bool = True, continue_final_message: bool = False,
+             tools: list[dict[str, Any]] | None = None,
+             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``: one conversation (a list of {role, content} messages) or a list of them, each
+        rendered with the model's chat template (or ``chat_template``, a template's text) and generated from
+        as ``generate`` does. A conversation the template cannot render raises ValueError."""
+        template = ChatTemplate(self.tokenizer, chat_template)
+        prompts = render_conversations(template, conversations_of(messages), chat_template_content_format,
+                                       add_generation_prompt=add_generation_prompt,
+                                       continue_final_message=continue_final_message, tools=tools,
+                                       template_kwargs=chat_template_kwargs)
+        # The template writes the special tokens (BOS) itself.
+        encoded = [self._encoded(prompt, add_special_tokens=False) for prompt in prompts]
+        return self._run_all(encoded, sampling_params, use_tqdm)
+
+    def _encoded(self, prompt: Prompt, add_special_tokens: bool = True) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, dict):
+            if not {"prompt", "prompt_token_ids"} & prompt.keys():
+                raise ValueError("a prompt dict needs a 'prompt' or a 'prompt_token_ids' key")
+            prompt = prompt["prompt_token_ids"] if "prompt_token_ids" in prompt else prompt["prompt"]
+        if isinstance(prompt, str):
+            return prompt, self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+        return None, list(prompt)
+
+    def _run_all(self, prompts: list[tuple[str | None, list[int]]],
+                 sampling_params: SamplingParams | SequenceOf[SamplingParams] | None,
+                 use_tqdm: bool) -> list[RequestOutput]:
+        """Each (text, token ids) run to the end; outputs in input order."""
         params = sampling_params or SamplingParams()
         params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
         positions = {}
-        for index, (prompt, p) in enumerate(zip(prompts, params)):
+        for index, ((text, token_ids), p) in enumerate(zip(prompts, params)):
             request_id = f"generate-{next(self._generate_ids)}"
             positions[request_id] = index
-            self.add_request(request_id, prompt, p)
+            self._add(request_id, text, token_ids, p)
         results: list[RequestOutput | None] = [None] * len(prompts)
         remaining = len(prompts)
         with tqdm(total=len(prompts), desc="requests", disable=not use_tqdm) as bar:

@@ -32,8 +32,9 @@ class Request:
         error = self.error or self._grammar_error()
         completions = [] if error else [_completion(seq, detokenizer) for seq in self.seqs]
         prompt_logprobs = self.seqs[0].prompt_logprobs if self.seqs and not error else None
+        num_cached_tokens = self.seqs[0].num_cached_tokens if self.seqs and not error else None
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, completions,
-                             prompt_logprobs=prompt_logprobs, error=error)
+                             prompt_logprobs=prompt_logprobs, num_cached_tokens=num_cached_tokens, error=error)
 
     def _grammar_error(self) -> str | None:
         failed = next((seq for seq in self.seqs if seq.finish_reason == GRAMMAR_FAILED), None)
