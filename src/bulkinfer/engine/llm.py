@@ -14,6 +14,7 @@ from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.grammar import GrammarCache
 from bulkinfer.engine.grammar_masks import GrammarMasks
+from bulkinfer.engine.logit_rules import bad_word_ids
 from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker, params_refusal
@@ -49,9 +50,9 @@ class LLM:
         self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
                                           engine_options.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens)
-        self.sampler = Sampler(engine_options.seed, self.config.device)
         self.detokenizer = Detokenizer(self.tokenizer)
         eos_ids = eos_token_ids(path, hf_config, self.tokenizer)
+        self.sampler = Sampler(engine_options.seed, self.config.device, eos_ids)
         self.stop_checker = StopChecker(eos_ids, self.detokenizer)
         self.grammars = GrammarCache(self.tokenizer, model_config.vocab_size, eos_ids)
         self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
@@ -83,6 +84,9 @@ class LLM:
     def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
         """Queue a request; its output comes back from a later step() once all its samples finish."""
         text, token_ids = (prompt, self.tokenizer.encode(prompt)) if isinstance(prompt, str) else (None, list(prompt))
+        if params is not None and params.truncate_prompt_tokens is not None:
+            keep = params.truncate_prompt_tokens
+            token_ids = token_ids[-(self.max_model_len if keep == -1 else keep):]
         self._add(request_id, text, token_ids, params or SamplingParams())
 
     def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
@@ -240,7 +244,9 @@ class LLM:
             # Each of the n samples gets its own stream, fixed by the seed and its index.
             generator = torch.Generator(device=self.config.device)
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
-        return Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
+        seq = Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
+        seq.bad_word_ids = bad_word_ids(self.tokenizer, request.params.bad_words)
+        return seq
 
     def _advance(self, batch: ScheduledBatch) -> None:
         for seq, num_new in zip(batch.seqs, batch.num_new_tokens):
