@@ -96,7 +96,7 @@ class SamplingParams:
                             "bulkinfer does not generate extra samples to rank")
         if self.max_tokens < 1:
             problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if not 0 <= self.min_tokens <= self.max_tokens:
+        if not 0 <= self.min_tokens <= max(self.max_tokens, 0):  # a bad max_tokens is its own problem
             problems.append(f"min_tokens must be in [0, max_tokens ({self.max_tokens})], got {self.min_tokens}")
         if self.truncate_prompt_tokens is not None and not (self.truncate_prompt_tokens >= 1
                                                             or self.truncate_prompt_tokens == -1):
@@ -151,6 +151,13 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+    def kept_prompt(self, token_ids: list[int], max_model_len: int) -> list[int]:
+        """The prompt tokens that run: the last truncate_prompt_tokens of them (-1: max_model_len), or all."""
+        keep = self.truncate_prompt_tokens
+        if keep is None:
+            return token_ids
+        return token_ids[-(max_model_len if keep == -1 else keep):]
 
 
 def _logit_bias_problems(bias: dict[int, float]) -> list[str]:

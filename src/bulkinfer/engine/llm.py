@@ -84,10 +84,8 @@ class LLM:
     def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
         """Queue a request; its output comes back from a later step() once all its samples finish."""
         text, token_ids = (prompt, self.tokenizer.encode(prompt)) if isinstance(prompt, str) else (None, list(prompt))
-        if params is not None and params.truncate_prompt_tokens is not None:
-            keep = params.truncate_prompt_tokens
-            token_ids = token_ids[-(self.max_model_len if keep == -1 else keep):]
-        self._add(request_id, text, token_ids, params or SamplingParams())
+        params = params or SamplingParams()
+        self._add(request_id, text, params.kept_prompt(token_ids, self.max_model_len), params)
 
     def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
         """Queue a prefill-only request that records the log-probability of every token from
