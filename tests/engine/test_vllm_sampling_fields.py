@@ -131,3 +131,12 @@ def test_best_of_is_accepted_equal_to_n_and_refused_otherwise():
     assert SamplingParams(n=2, best_of=2).best_of == 2
     with pytest.raises(ValueError, match="best_of must equal n"):
         SamplingParams(n=2, best_of=4)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_bias_past_float32_still_samples_the_biased_tokens(llm, temperature):
+    """1e300 is a finite bias, but infinite in the float32 logits, where inf - inf would give NaN."""
+    biased = {5: 1e300, 6: 1e300}
+    output = generate(llm, PROMPT, max_tokens=4, temperature=temperature, seed=0, ignore_eos=True,
+                      logit_bias=biased).outputs[0]
+    assert set(output.token_ids) <= set(biased)

@@ -10,6 +10,10 @@ import torch
 
 from bulkinfer.engine.sequence import Sequence
 
+# Biases are applied within +-BIAS_LIMIT: past it, a token is already certain or impossible (exp(-1e4) is 0
+# even in float64), and a bias past float32's range would turn its logits into inf - inf = NaN.
+BIAS_LIMIT = 1e4
+
 
 def apply_logit_rules(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: set[int]) -> torch.Tensor:
     """logits: [batch, vocab] fp32, one row per sequence; returned changed (a copy) or as it was."""
@@ -20,7 +24,7 @@ def apply_logit_rules(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids:
         for token, bias in (params.logit_bias or {}).items():
             bias_rows.append(row)
             bias_tokens.append(token)
-            biases.append(bias)
+            biases.append(min(max(bias, -BIAS_LIMIT), BIAS_LIMIT))
         # A stop token id past the vocabulary is allowed (it never comes), but has no logit to ban.
         banned = [token for token in _banned_tokens(seq, eos_token_ids) if 0 <= token < logits.shape[1]]
         banned_rows += [row] * len(banned)
