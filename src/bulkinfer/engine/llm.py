@@ -109,6 +109,9 @@ class LLM:
             self._failed.append(request)
             return
         request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
+        banned_spellings = bad_word_ids(self.tokenizer, params.bad_words)  # tokenized once for the n samples
+        for seq in request.seqs:
+            seq.bad_word_ids = banned_spellings
         self.requests[request_id] = request
         if params.constraint is not None:
             # Scheduled once its grammar is compiled; until then the engine runs the other requests.
@@ -242,9 +245,7 @@ class LLM:
             # Each of the n samples gets its own stream, fixed by the seed and its index.
             generator = torch.Generator(device=self.config.device)
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
-        seq = Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
-        seq.bad_word_ids = bad_word_ids(self.tokenizer, request.params.bad_words)
-        return seq
+        return Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
 
     def _advance(self, batch: ScheduledBatch) -> None:
         for seq, num_new in zip(batch.seqs, batch.num_new_tokens):

@@ -17,20 +17,21 @@ BIAS_LIMIT = 1e4
 
 def apply_logit_rules(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: set[int]) -> torch.Tensor:
     """logits: [batch, vocab] fp32, one row per sequence; returned changed (a copy) or as it was."""
+    rows = [row for row, seq in enumerate(seqs)
+            if seq.params.logit_bias or seq.bad_word_ids or seq.num_output_tokens < seq.params.min_tokens]
+    if not rows:
+        return logits
     bias_rows, bias_tokens, biases = [], [], []
     banned_rows, banned_tokens = [], []
-    for row, seq in enumerate(seqs):
-        params = seq.params
-        for token, bias in (params.logit_bias or {}).items():
+    for row in rows:
+        for token, bias in (seqs[row].params.logit_bias or {}).items():
             bias_rows.append(row)
             bias_tokens.append(token)
             biases.append(min(max(bias, -BIAS_LIMIT), BIAS_LIMIT))
         # A stop token id past the vocabulary is allowed (it never comes), but has no logit to ban.
-        banned = [token for token in _banned_tokens(seq, eos_token_ids) if 0 <= token < logits.shape[1]]
+        banned = [token for token in _banned_tokens(seqs[row], eos_token_ids) if 0 <= token < logits.shape[1]]
         banned_rows += [row] * len(banned)
         banned_tokens += banned
-    if not bias_rows and not banned_rows:
-        return logits
     logits = logits.clone()
     device = logits.device
     if bias_rows:
