@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json as json_module
+import math
 from dataclasses import InitVar, dataclass
 
 from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
@@ -23,7 +24,11 @@ class SamplingParams:
     model_arg and an OpenAI batch body field, all derived from the declarations below."""
 
     n: int = setting(1, "Samples per prompt; above 1 a job's generation columns hold lists.")
+    best_of: int | None = setting(None, "vLLM's best_of: accepted when it equals n (vLLM V1 generates n "
+                                        "samples and ranks none), refused otherwise.")
     max_tokens: int = setting(16, "Most tokens to generate per sample.", job_default=256)
+    min_tokens: int = setting(0, "Fewest tokens to generate per sample: until then neither end-of-sequence, "
+                                 "stop_token_ids nor stop strings end it.")
     temperature: float = setting(1.0, f"Sampling temperature; 0 (or anything below {GREEDY_BELOW:g}) is greedy.")
     top_p: float = setting(1.0, "Nucleus sampling: keep the likeliest tokens up to this total probability.")
     top_k: int = setting(-1, "Sample from the k likeliest tokens; -1 is off.")
@@ -36,7 +41,15 @@ class SamplingParams:
                                      "so its results do not depend on batching (default: unseeded).")
     stop: list[str] | str | None = setting(None, "Stop string; repeatable.")
     stop_token_ids: list[int] = setting(help="Token id that ends a generation; repeatable.", factory=list)
+    include_stop_str_in_output: bool = setting(False, "Keep the stop string that ended a sample in its text.")
     ignore_eos: bool = setting(False, "Keep generating past the end-of-sequence token.")
+    logit_bias: dict[int, float] | None = setting(None, "TOKEN_ID=BIAS: add BIAS to that token's logit before "
+                                                        "sampling (+100 forces it, -100 bans it); repeatable.")
+    bad_words: list[str] | None = setting(None, "A word never generated: the last token of its spelling is "
+                                                "banned wherever the tokens before it were just generated; "
+                                                "repeatable.")
+    truncate_prompt_tokens: int | None = setting(None, "Keep only the prompt's last k tokens; -1 keeps the last "
+                                                       "max_model_len (default: the whole prompt).")
     logprobs: int | None = setting(None, "Record each generated token's logprob and this many alternatives, "
                                          "at most the model's vocabulary size (default: off).")
     prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
@@ -64,6 +77,8 @@ class SamplingParams:
         self._coerce_types()  # first: a lone stop string becomes a one-item list, a tuple a list
         self.stop = [s for s in (self.stop or []) if s]
         self.choice = self.choice or None  # no choices given: no constraint
+        self.logit_bias = self.logit_bias or None
+        self.bad_words = [word for word in (self.bad_words or []) if word.strip()] or None
         check_finite(self)
         check_seed("seed", self.seed)
         self._validate()
@@ -91,8 +106,17 @@ class SamplingParams:
         problems = []
         if self.n < 1:
             problems.append(f"n must be >= 1, got {self.n}")
+        if self.best_of is not None and self.best_of != self.n:
+            problems.append(f"best_of must equal n ({self.n}) or be unset, got {self.best_of}: like vLLM V1, "
+                            "bulkinfer does not generate extra samples to rank")
         if self.max_tokens < 1:
             problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= max(self.max_tokens, 0):  # a bad max_tokens is its own problem
+            problems.append(f"min_tokens must be in [0, max_tokens ({self.max_tokens})], got {self.min_tokens}")
+        if self.truncate_prompt_tokens is not None and not (self.truncate_prompt_tokens >= 1
+                                                            or self.truncate_prompt_tokens == -1):
+            problems.append(f"truncate_prompt_tokens must be >= 1 or -1, got {self.truncate_prompt_tokens}")
+        problems += _logit_bias_problems(self.logit_bias or {})
         if self.temperature < 0:
             problems.append(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -142,6 +166,22 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+    def kept_prompt(self, token_ids: list[int], max_model_len: int) -> list[int]:
+        """The prompt tokens that run: the last truncate_prompt_tokens of them (-1: max_model_len), or all."""
+        keep = self.truncate_prompt_tokens
+        if keep is None:
+            return token_ids
+        return token_ids[-(max_model_len if keep == -1 else keep):]
+
+
+def _logit_bias_problems(bias: dict[int, float]) -> list[str]:
+    """Token ids below 0 and biases that are not finite numbers; ids past the vocabulary are the model's
+    to refuse (see engine/request.py params_refusal)."""
+    problems = [f"logit_bias token id must be >= 0, got {token}" for token in bias if token < 0]
+    problems += [f"logit_bias of token {token} must be a finite number, got {value}"
+                 for token, value in bias.items() if not math.isfinite(value)]
+    return problems[:1]
 
 
 @functools.cache

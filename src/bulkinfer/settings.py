@@ -155,7 +155,8 @@ def coerce(setting: Setting, value: Any) -> Any:
 
 _UNUSABLE = object()
 _WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
-           list[str]: "a list of strings", list[int]: "a list of integers"}
+           list[str]: "a list of strings", list[int]: "a list of integers",
+           dict[int, float]: "an object of token ids to numbers"}
 
 
 def _as(kind: Any, value: Any) -> Any:
@@ -173,10 +174,32 @@ def _as(kind: Any, value: Any) -> Any:
         return value if isinstance(value, str) else _UNUSABLE
     if kind is dict:  # a JSON object, from a struct column or a JSON line
         return value if isinstance(value, dict) else _UNUSABLE
+    if typing.get_origin(kind) is dict and isinstance(value, dict):
+        return _as_mapping(kind, value)
     if typing.get_origin(kind) is list and isinstance(value, (list, tuple)):
         items = [_as(typing.get_args(kind)[0], item) for item in value]
         return _UNUSABLE if _UNUSABLE in items else items
     return _UNUSABLE
+
+
+def _as_mapping(kind: Any, value: dict) -> Any:
+    """A typed mapping such as dict[int, float]. Its keys may be text, as JSON objects and Parquet structs
+    write every key, and its values too, as TOKEN=VALUE flags give them: "42" is the integer 42 here."""
+    key_kind, value_kind = typing.get_args(kind)
+    items = [(_as(key_kind, _number_in(key)), _as(value_kind, _number_in(item))) for key, item in value.items()]
+    return _UNUSABLE if any(_UNUSABLE in pair for pair in items) else dict(items)
+
+
+def _number_in(value: Any) -> Any:
+    """The number a text spells, if it spells one (an integer first: "42" is 42, not 42.0); else the value."""
+    if not isinstance(value, str):
+        return value
+    for number in (int, float):
+        try:
+            return number(value)
+        except ValueError:
+            pass
+    return value
 
 
 def non_none_args(hint: Any) -> list[Any]:

@@ -180,6 +180,9 @@ HOSTILE_BODIES = {  # a body's sampling field that the model cannot run with: th
     "n": (dict(n=10**6), "n 1000000 is above max_n (128)"),
     "max_completion_tokens": (dict(max_completion_tokens=2**80), "max_tokens"),
     "top_k": (dict(top_k=2**80), None),  # above the vocabulary is the whole vocabulary: it runs
+    "logit_bias": (dict(logit_bias={"99999999": 5}), "logit_bias token id 99999999 is outside the model's vocabulary"),
+    "min_tokens": (dict(min_tokens=3), "min_tokens must be in [0, max_tokens (2)], got 3"),
+    "bad_words": (dict(bad_words=["1"], logit_bias={"5": 100}, include_stop_str_in_output=True), None),
 }
 
 

@@ -91,7 +91,7 @@ def test_draws_follow_the_distribution(seeded):
     for index in range(rows):
         generator = torch.Generator().manual_seed(index) if seeded else None
         seqs.append(Sequence(index, 0, [1], SamplingParams(temperature=1.0), generator))
-    tokens = Sampler(seed=0, device=torch.device("cpu"))(probs.log().expand(rows, -1), seqs).token_ids
+    tokens = Sampler(seed=0, device=torch.device("cpu"), eos_token_ids=set())(probs.log().expand(rows, -1), seqs).token_ids
     shares = torch.bincount(torch.tensor(tokens), minlength=5) / rows
     assert shares[1] == 0
     torch.testing.assert_close(shares, probs, atol=0.025, rtol=0)  # about 4 standard deviations

@@ -33,7 +33,11 @@ def _values(name: str, vocab: int) -> list[Any]:
     bounds = {"n": [MAX_N, MAX_N + 1], "logprobs": [vocab, vocab + 1], "prompt_logprobs": [vocab, vocab + 1],
               "max_tokens": [64, 63], "seed": [SEED_MIN, SEED_MAX, SEED_MAX + 1, SEED_MIN - 1],
               "top_p": [1e-9, 1.0000001], "min_p": [1.0, 1.0000001], "stop_token_ids": [[-1], [vocab]],
-              "presence_penalty": [2.0, 2.0000001], "frequency_penalty": [-2.0, -2.0000001]}
+              "presence_penalty": [2.0, 2.0000001], "frequency_penalty": [-2.0, -2.0000001],
+              "min_tokens": [2, 3], "best_of": [MAX_N], "truncate_prompt_tokens": [-1, -2],
+              "logit_bias": [{"0": 100}, {str(vocab - 1): -1e300}, {str(vocab): 1}, {"-1": 1}, {"1": "x"},
+                             {"1": 1e309}, {"2**80": 1}],
+              "bad_words": [["1+1"], ["\u0000"], ["a" * 1000]]}
     return HOSTILE + bounds.get(name, [])
 
 
@@ -43,7 +47,11 @@ def _must_fail(name: str, value: Any, vocab: int) -> bool:
         return True
     if name == "seed" and isinstance(value, int) and not isinstance(value, bool):
         return not SEED_MIN <= value <= SEED_MAX
-    limits = {"n": MAX_N, "logprobs": vocab, "prompt_logprobs": vocab}
+    if name == "logit_bias" and isinstance(value, dict) and value:
+        return not all(key.isdigit() and int(key) < vocab for key in value)
+    if name == "best_of" and isinstance(value, int) and not isinstance(value, bool):
+        return value != 1  # n is 1 here
+    limits = {"n": MAX_N, "logprobs": vocab, "prompt_logprobs": vocab, "min_tokens": SETTINGS["max_tokens"]}
     return name in limits and isinstance(value, int) and not isinstance(value, bool) and value > limits[name]
 
 

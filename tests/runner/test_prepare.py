@@ -55,6 +55,15 @@ def test_truncation_leaves_room_for_max_tokens(tokenizer, side: str) -> None:
     assert work.token_ids == (full[-56:] if side == "left" else full[:56])
 
 
+def test_truncate_prompt_tokens_keeps_the_last_tokens_of_a_row(tokenizer) -> None:
+    text = " ".join(f"w{i}" for i in range(100))
+    far_too_long = "x " * (16 * MAX_MODEL_LEN) + text  # past the characters that are ever tokenized
+    full = tokenizer(text)["input_ids"]
+    rows = [{"prompt": text, "keep": 5}, {"prompt": far_too_long, "keep": 7}]
+    work = _prepare(tokenizer, rows, param_columns={"truncate_prompt_tokens": "keep"}).work
+    assert [w.token_ids for w in sorted(work, key=lambda w: w.row.index)] == [full[-5:], full[-7:]]
+
+
 def test_max_tokens_that_leave_no_room_fail_the_row(tokenizer) -> None:
     prepared = _prepare(tokenizer, [{"prompt": "a", "budget": 64}], param_columns={"max_tokens": "budget"})
     assert "max_tokens 64 leaves no room for a prompt within max_model_len 64" in prepared.failures[0].error

@@ -72,6 +72,8 @@ def _checked(path: Path, setting: Setting, value: Any) -> Any:
     if setting.is_dict:
         if isinstance(value, dict) and all(isinstance(item, str) for item in value.values()):
             return value
+        if isinstance(value, dict) and setting.kinds[0] != dict[str, str]:
+            return value  # a typed mapping (logit_bias), checked by its dataclass
         return _wrong(path, setting.name, value, 'a table of strings, e.g. { max_tokens = "budget" }')
     if setting.is_list:
         item = setting.item_type

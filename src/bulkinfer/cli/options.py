@@ -50,7 +50,8 @@ def parse_pairs(setting: Setting, pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise UsageError(f"{flag_of(setting)} {pair!r}: expected PARAM=COLUMN, e.g. max_tokens=budget")
+            example = ", e.g. max_tokens=budget" if _metavar(setting) == "PARAM=COLUMN" else ""
+            raise UsageError(f"{flag_of(setting)} {pair!r}: expected {_metavar(setting)}{example}")
         parsed[key.strip()] = value.strip()
     return parsed
 
@@ -82,8 +83,8 @@ def _option(setting: Setting) -> Any:
 def _metavar(setting: Setting) -> str:
     if setting.choices:
         return "[" + "|".join(setting.choices) + "]"
-    if setting.is_dict:
-        return "PARAM=COLUMN"
+    if setting.is_dict:  # param_columns names columns; a typed mapping (logit_bias) takes values
+        return "PARAM=COLUMN" if setting.kinds[0] == dict[str, str] else "KEY=VALUE"
     return _METAVARS.get(setting.item_type, "TEXT")
 
 

@@ -16,6 +16,7 @@ from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.grammar import GrammarCache
 from bulkinfer.engine.grammar_masks import GrammarMasks
+from bulkinfer.engine.logit_rules import bad_word_ids
 from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
 from bulkinfer.engine.request import Request, StopChecker, params_refusal
@@ -52,9 +53,9 @@ class LLM:
         self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
                                           engine_options.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens)
-        self.sampler = Sampler(engine_options.seed, self.config.device)
         self.detokenizer = Detokenizer(self.tokenizer)
         eos_ids = eos_token_ids(path, hf_config, self.tokenizer)
+        self.sampler = Sampler(engine_options.seed, self.config.device, eos_ids)
         self.stop_checker = StopChecker(eos_ids, self.detokenizer)
         self.grammars = GrammarCache(self.tokenizer, model_config.vocab_size, eos_ids)
         self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
@@ -85,7 +86,9 @@ class LLM:
 
     def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
         """Queue a request; its output comes back from a later step() once all its samples finish."""
-        self._add(request_id, *self._encoded(prompt), params or SamplingParams())
+        text, token_ids = self._encoded(prompt)
+        params = params or SamplingParams()
+        self._add(request_id, text, params.kept_prompt(token_ids, self.max_model_len), params)
 
     def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
         """Queue a prefill-only request that records the log-probability of every token from
@@ -109,6 +112,9 @@ class LLM:
             self._failed.append(request)
             return
         request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
+        banned_spellings = bad_word_ids(self.tokenizer, params.bad_words)  # tokenized once for the n samples
+        for seq in request.seqs:
+            seq.bad_word_ids = banned_spellings
         self.requests[request_id] = request
         if params.constraint is not None:
             # Scheduled once its grammar is compiled; until then the engine runs the other requests.
@@ -208,7 +214,7 @@ class LLM:
         for index, ((text, token_ids), p) in enumerate(zip(prompts, params)):
             request_id = f"generate-{next(self._generate_ids)}"
             positions[request_id] = index
-            self._add(request_id, text, token_ids, p)
+            self._add(request_id, text, p.kept_prompt(token_ids, self.max_model_len), p)
         results: list[RequestOutput | None] = [None] * len(prompts)
         remaining = len(prompts)
         with tqdm(total=len(prompts), desc="requests", disable=not use_tqdm) as bar:

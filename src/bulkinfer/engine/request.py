@@ -53,6 +53,9 @@ def params_refusal(params: SamplingParams, vocab_size: int, max_n: int) -> str |
     """Why this model cannot run a request with these settings, which are valid on their own; None if it can."""
     if params.n > max_n:
         return f"n {params.n} is above max_n ({max_n})"
+    outside = [token for token in params.logit_bias or {} if token >= vocab_size]
+    if outside:
+        return f"logit_bias token id {outside[0]} is outside the model's vocabulary (size {vocab_size})"
     for name in ("logprobs", "prompt_logprobs"):
         # A record lists at most the whole vocabulary; asking for more is a mistake, not a wish for all of it.
         if (getattr(params, name) or 0) > vocab_size:
@@ -76,7 +79,8 @@ class StopChecker:
             return self._finish(seq, "stop", token)
         if not params.ignore_eos and token in self.eos_token_ids:
             return self._finish(seq, "stop", None)
-        if params.stop and self._hit_stop_string(seq):
+        # A stop string counts once min_tokens are out, as in vLLM; the text is still kept up to date.
+        if params.stop and self._hit_stop_string(seq, seq.num_output_tokens > params.min_tokens):
             return True
         if seq.matcher is not None and seq.matcher.is_stopped():  # the grammar is complete and allows nothing more
             return self._finish(seq, "stop", None)
@@ -84,8 +88,10 @@ class StopChecker:
             return self._finish(seq, "length", None)
         return False
 
-    def _hit_stop_string(self, seq: Sequence) -> bool:
+    def _hit_stop_string(self, seq: Sequence, search: bool) -> bool:
         new_start = self.detokenizer.append_new_text(seq)
+        if not search:
+            return False
         longest = max(len(s) for s in seq.params.stop)
         search_from = max(new_start - longest + 1, 0)  # a stop string may straddle the old text
         found = [(seq.text.find(s, search_from), s) for s in seq.params.stop]
@@ -93,7 +99,7 @@ class StopChecker:
         if not found:
             return False
         at, stop = min(found)
-        seq.text = seq.text[:at]
+        seq.text = seq.text[:at + len(stop) if seq.params.include_stop_str_in_output else at]
         return self._finish(seq, "stop", stop)
 
     @staticmethod

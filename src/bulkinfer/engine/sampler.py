@@ -1,4 +1,4 @@
-"""Batched sampling: penalties, temperature, top-k/top-p/min-p, then one draw per row.
+"""Batched sampling: logit rules (logit_bias, min_tokens, bad_words), penalties, temperature, top-k/top-p/min-p, then one draw per row.
 
 A draw inverts each row's cumulative distribution at one uniform number. The number comes from
 the request's own generator when it is seeded, so its draws do not depend on what else is in the
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bulkinfer.engine.logit_rules import apply_logit_rules
 from bulkinfer.engine.sequence import Sequence
 
 
@@ -25,7 +26,8 @@ class SamplerOutput:
 
 
 class Sampler:
-    def __init__(self, seed: int, device: torch.device):
+    def __init__(self, seed: int, device: torch.device, eos_token_ids: set[int]):
+        self.eos_token_ids = eos_token_ids  # what min_tokens holds back, with each request's stop_token_ids
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
@@ -33,7 +35,7 @@ class Sampler:
         # logits: [batch, vocab] fp32, one row per sequence.
         params = [seq.params for seq in seqs]
         raw_logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
-        logits = apply_penalties(logits, seqs)
+        logits = apply_penalties(apply_logit_rules(logits, seqs, self.eos_token_ids), seqs)
         greedy = [p.greedy for p in params]
         if all(greedy):
             return SamplerOutput(logits.argmax(-1).tolist(), raw_logprobs)

@@ -48,6 +48,7 @@ class Sequence:
         # text, whose last token is only ever a target and so is not part of the prompt.
         self.scored_ids = prompt_token_ids if scored_ids is None else scored_ids
         self.prefill_only = scored_ids is not None  # done once the prompt is computed, nothing sampled
+        self.bad_word_ids: list[list[int]] = []  # token spellings of params.bad_words, see engine/logit_rules.py
         self.matcher: Any = None  # the grammar's state (an llguidance matcher) when the output is constrained
 
     def __len__(self) -> int:

@@ -77,7 +77,8 @@ class GenerateRequests:
                 continue
             try:
                 text = self.renderer.render(row.values)
-                ready.append((row, self._bounded(text), self.row_settings.for_row(row.index, row.values)))
+                params = self.row_settings.for_row(row.index, row.values)
+                ready.append((row, self._bounded(text, params), params))
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))
         work = []
@@ -90,13 +91,13 @@ class GenerateRequests:
                 work.append(Work(row, fitted, params))
         return PreparedWindow(order_for_engine(work, lambda w: w.token_ids), failures)
 
-    def _bounded(self, text: str) -> str:
+    def _bounded(self, text: str, params: SamplingParams) -> str:
         """The prompt, or only as much of its kept end as can fit: it is never tokenized whole when it
         is far too long to fit (a 50 MB line would take tens of GB to tokenize)."""
         limit = CHARS_PER_TOKEN * self.max_model_len
         if len(text) <= limit:
             return text
-        if self.truncate == "left":
+        if self.truncate == "left" or params.truncate_prompt_tokens is not None:  # both keep the end
             return text[-limit:]
         if self.truncate == "right":
             return text[:limit]
@@ -117,6 +118,7 @@ class GenerateRequests:
 
     def _fit(self, row: SourceRow, token_ids: list[int], params: SamplingParams) -> list[int] | Failure:
         """The prompt cut to leave room for max_tokens when truncation is asked for, else a Failure."""
+        token_ids = params.kept_prompt(token_ids, self.max_model_len)
         room = self.max_model_len - params.max_tokens
         if room < 1:
             return Failure(row, f"{row.where}: max_tokens {params.max_tokens} leaves no room for a prompt "
