@@ -88,7 +88,7 @@ def test_killed_run_batch_resumes_with_the_same_ids(capsys, tmp_path: Path) -> N
     batch, output = _write_batch(tmp_path / "batch.jsonl", requests), tmp_path / "out.jsonl"
     command = ["-i", str(batch), "-o", str(output), "--model", str(DEMO_MODEL), "--shard-rows", "2",
                "--max-num-seqs", "2"]
-    job = tmp_path / ".out.jsonl.bulkinfer" / "job"
+    job = tmp_path / ".out.jsonl.bulkinfer"
     process = subprocess.Popen([sys.executable, "-m", "bulkinfer", "run-batch", *command], cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -27,7 +27,7 @@ _FIXED = ("format", "input", "output", *BATCH_OWNED, "id_column", "task", "conte
 
 
 def state_dir(output_file: Path) -> Path:
-    """The job's output directory and request table live here, beside OUTPUT, never in the current directory."""
+    """The job's output directory, request table included: beside OUTPUT, never in the current directory."""
     output_file = output_file.expanduser().resolve()
     return output_file.parent / f".{output_file.name}.bulkinfer"
 
@@ -48,12 +48,7 @@ def run_batch_command(input_file: Path, output_file: Path, **options: Any) -> in
     output_file = export_destination(output_file)  # a mistake in OUTPUT is one line before anything runs
     if not options.get("model"):
         raise UsageError("missing --model: the model directory or hub id to run the batch with")
-    state = state_dir(output_file)
-    try:
-        state.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{state}: cannot create the job's state beside --output-file ({exc.strerror})") from None
-    job = state / "job"
+    job = state_dir(output_file)
     settings = {**given_options(options, run_batch_settings()), "format": "openai-batch",
                 "input": [str(input_file)], "output": str(job)}
     ran = run_with_settings(settings)
