@@ -84,7 +84,7 @@ def test_run_batch_mistakes_are_one_line(capsys, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_killed_run_batch_resumes_with_the_same_ids(capsys, tmp_path: Path) -> None:
-    requests = [_chat(f"r{i}", f"{i}+{i}=", max_completion_tokens=24, ignore_eos=True) for i in range(48)]
+    requests = [_chat(f"r{i}", f"{i}+{i}=", ignore_eos=True) for i in range(24)]
     batch, output = _write_batch(tmp_path / "batch.jsonl", requests), tmp_path / "out.jsonl"
     command = ["-i", str(batch), "-o", str(output), "--model", str(DEMO_MODEL), "--shard-rows", "2",
                "--max-num-seqs", "2"]
@@ -104,7 +104,7 @@ def test_killed_run_batch_resumes_with_the_same_ids(capsys, tmp_path: Path) -> N
     code, _, err = invoke(capsys, "run-batch", *command)
     assert code == 0, err
     lines = _lines(output)
-    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(48)]
+    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(24)]
     after = _ids(lines)
     assert {custom_id: after[custom_id] for custom_id in before} == before
     assert len(set(after.values())) == len(requests)
@@ -115,7 +115,7 @@ def _wait_for_commits(ledger: Path, process: subprocess.Popen, timeout: float = 
     """Until the running job has committed some rows (and, on a quick machine, not all of them)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
-        if ledger.is_file() and ledger.read_text().count('"commit"') >= 2:
+        if ledger.is_file() and '"commit"' in ledger.read_text():
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise AssertionError(f"no rows committed in {timeout} s (exit status {process.poll()})")
