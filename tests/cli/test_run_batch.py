@@ -79,6 +79,8 @@ def test_run_batch_mistakes_are_one_line(capsys, tmp_path: Path) -> None:
                                 "batch with\n"
     code, _, err = invoke(capsys, "run-batch", "-i", batch, "-o", tmp_path / "no" / "out.jsonl", "--model", DEMO_MODEL)
     assert code == 2 and err == f"bulkinfer: error: {tmp_path / 'no'}: no such directory\n"
+    code, _, err = invoke(capsys, "run-batch", "-i", batch, "-o", batch, "--model", DEMO_MODEL)
+    assert code == 2 and "is the input file" in err and err.count("\n") == 1
     assert sorted(os.listdir(tmp_path)) == ["batch.jsonl"]
 
 

@@ -40,12 +40,14 @@ def error_file(output_file: Path) -> Path:
 
 def run_batch_settings() -> list[Setting]:
     """The flags of `run-batch`: those of `run` that a batch file does not decide, --model now required here."""
-    return [with_defaults(s, default=None, help=s.help + " (required)") if s.name == "model" else s
-            for s in run_settings() if s.name not in _FIXED]
+    model = [with_defaults(s, default=None, help=s.help + " (required)") for s in run_settings() if s.name == "model"]
+    return [*model, *(s for s in run_settings() if s.name not in (*_FIXED, "model"))]
 
 
 def run_batch_command(input_file: Path, output_file: Path, **options: Any) -> int:
     output_file = export_destination(output_file)  # a mistake in OUTPUT is one line before anything runs
+    if input_file.resolve() == output_file.resolve():
+        raise UsageError(f"-o {output_file} is the input file; choose another --output-file")
     if not options.get("model"):
         raise UsageError("missing --model: the model directory or hub id to run the batch with")
     job = state_dir(output_file)
