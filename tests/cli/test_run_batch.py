@@ -121,3 +121,11 @@ def _wait_for_commits(ledger: Path, process: subprocess.Popen, timeout: float = 
             return
         time.sleep(0.02)
     raise AssertionError(f"no rows committed in {timeout} s (exit status {process.poll()})")
+
+
+def test_run_batch_help_imports_no_torch() -> None:
+    probe = ("import sys\nfrom bulkinfer.cli import main\ntry:\n    main(['run-batch', '--help'])\n"
+             "except SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "[]", result.stderr
