@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -125,7 +126,7 @@ def test_a_file_with_no_request_at_all_is_refused(capsys, tmp_path: Path) -> Non
 def test_unwritable_output_is_one_line(capsys, batch_file: Path) -> None:
     code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
                           "--output", "/proc/no/such/place")
-    assert "cannot write the request table beside --output" in one_line_error(code, err)
+    assert "cannot create the output directory" in one_line_error(code, err)
 
 
 def test_logprobs_come_back_in_the_apis_shapes(capsys, tmp_path: Path) -> None:
@@ -204,3 +205,21 @@ def test_a_hostile_body_field_is_its_own_lines_error(capsys, tmp_path: Path) -> 
             assert line["response"]["status_code"] == 200
         else:
             assert message in line["response"]["body"]["error"]["message"], line
+
+
+def test_the_request_table_stays_in_the_output_directory(capsys, tmp_path: Path, batch_file: Path,
+                                                         monkeypatch) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # a relative --output: nothing but it may appear here
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
+                          "--output", "out")
+    assert code == 0, err
+    assert os.listdir(work) == ["out"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch_file,
+                          "--output", mine)
+    assert "holds no bulkinfer job" in one_line_error(code, err)
+    assert os.listdir(mine) == ["notes.txt"]

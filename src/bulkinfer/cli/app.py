@@ -12,6 +12,7 @@ from bulkinfer.cli.export import export_command, status_command
 from bulkinfer.cli.inspect_input import inspect_command
 from bulkinfer.cli.lm_eval import LM_EVAL_SETTINGS, lm_eval_command
 from bulkinfer.cli.run import run_command
+from bulkinfer.cli.run_batch import run_batch_command
 from bulkinfer.errors import RunError, UsageError
 
 # Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
@@ -21,6 +22,7 @@ CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name
 app = typer.Typer(name="bulkinfer", help="Offline bulk batch inference for LLMs.", add_completion=False,
                   no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 app.command("run", help="Run a job over a dataset, or resume it.")(run_command)
+app.command("run-batch", help="Run an OpenAI batch file, as vllm run-batch does.")(run_batch_command)
 app.command("export", help="Write a job's results, in input order, to one .parquet or .jsonl file.")(export_command)
 app.command("status", help="Report how far a job is.")(status_command)
 app.command("inspect", help="Dry run: rows, columns, prompt lengths and the work a job over INPUT would be.")(

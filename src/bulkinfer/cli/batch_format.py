@@ -8,7 +8,7 @@ from typing import Any
 from bulkinfer.cli.tokenizer import model_tokenizer
 from bulkinfer.errors import UsageError
 from bulkinfer.openai_batch import convert_batch_file, job_settings
-from bulkinfer.openai_batch.convert import requests_path
+from bulkinfer.openai_batch.convert import prepare_requests_path
 
 FORMATS = ("rows", "openai-batch")
 # Settings the batch format fills in itself, from the request lines.
@@ -31,10 +31,10 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
                          f"drop {', '.join('--' + key.replace('_', '-') for key in clash)}")
     if len(settings["input"]) != 1:
         raise UsageError("--format openai-batch takes one --input: the batch file")
-    table = requests_path(Path(settings["output"]))
+    table = prepare_requests_path(Path(settings["output"]))
     try:
         convert_batch_file(Path(settings["input"][0]), table, model_tokenizer(settings["model"]))
     except OSError as exc:
-        raise UsageError(f"{table}: cannot write the request table beside --output ({exc.strerror})") from None
+        raise UsageError(f"{table}: cannot write the request table in --output ({exc.strerror})") from None
     return {**settings, **job_settings(table)}
 

@@ -45,6 +45,33 @@ def run_settings() -> list[Setting]:
 def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
     from_file = read_job_file(job_file, run_settings()) if job_file else {}
     settings = read_schema_file(merge_settings(from_file, given_options(options, run_settings())))
+    ran = run_with_settings(settings)
+    if ran.outcome.complete:
+        export_to = "RESULTS.jsonl" if ran.command.format == "openai-batch" else "RESULTS.parquet"
+        say_done(ran.outcome, f"Export them in input order with: bulkinfer export {ran.outcome.output} {export_to}")
+    return ran.exit_status
+
+
+@dataclass
+class Ran:
+    """What one run of a job did, for the command that started it to report."""
+
+    config: JobConfig
+    command: RunCommandSettings
+    outcome: JobOutcome
+
+    @property
+    def exit_status(self) -> int:
+        if self.outcome.stopped_by is not None and not self.outcome.complete:
+            return 128 + self.outcome.stopped_by
+        if not self.outcome.complete:
+            return 1
+        return 1 if self.config.fail_on_error and self.outcome.rows_failed else 0
+
+
+def run_with_settings(settings: dict[str, Any]) -> Ran:
+    """Run or resume the job `settings` describe (flags' names, merged already), showing progress and
+    writing stats.json; says so when it stopped before the end."""
     command, ray = take_settings(RunCommandSettings, settings), take_settings(RaySettings, settings)
     if command.format == "openai-batch":
         settings = batch_job_settings(settings)
@@ -60,12 +87,13 @@ def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
             stats = run_stats(config, outcome, display.last, time.monotonic() - started, command.hourly_cost)
             stats["settings"].update({**asdict(command), **asdict(ray)})
             _report(config, outcome, stats)
-        _say_outcome(outcome, "RESULTS.jsonl" if command.format == "openai-batch" else "RESULTS.parquet")
-    if outcome.stopped_by is not None and not outcome.complete:
-        return 128 + outcome.stopped_by
-    if not outcome.complete:
-        return 1
-    return 1 if config.fail_on_error and outcome.rows_failed else 0
+        if not outcome.complete:
+            print(f"bulkinfer: stopped: {_done(outcome)}. Run the same command again to resume.", file=sys.stderr)
+    return Ran(config, command, outcome)
+
+
+def say_done(outcome: JobOutcome, next_step: str) -> None:
+    print(f"bulkinfer: complete: {_done(outcome)}. {next_step}", file=sys.stderr)
 
 
 # typer reads the options from the signature: the job file, then one option per setting.
@@ -84,10 +112,5 @@ def _report(config: JobConfig, outcome: JobOutcome, stats: dict[str, Any]) -> No
     Console(stderr=True).print(summary_table(stats))
 
 
-def _say_outcome(outcome: JobOutcome, export_to: str) -> None:
-    done = f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"
-    if outcome.complete:
-        print(f"bulkinfer: complete: {done}. Export them in input order with: "
-              f"bulkinfer export {outcome.output} {export_to}", file=sys.stderr)
-    else:
-        print(f"bulkinfer: stopped: {done}. Run the same command again to resume.", file=sys.stderr)
+def _done(outcome: JobOutcome) -> str:
+    return f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"

@@ -18,12 +18,20 @@ from bulkinfer.durable import publish, sync_file
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
 from bulkinfer.openai_batch.requests import PER_ROW, parse_line
+from bulkinfer.runner.outdir.layout import JobDir
 
 
 def requests_path(output: Path) -> Path:
-    """Beside the output directory, which must hold nothing but the job's own files."""
-    output = output.resolve()
-    return output.parent / f".{output.name}.openai-requests.jsonl"
+    """Inside the job's output directory: the job's own input, kept with its state."""
+    return JobDir(output.expanduser().resolve()).input_table_path
+
+
+def prepare_requests_path(output: Path) -> Path:
+    """requests_path, with the output directory made, if it is new; refused if it holds files of the user's."""
+    directory = JobDir(output.expanduser().resolve())
+    directory.check_free()
+    directory.create_root()
+    return directory.input_table_path
 
 
 def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:

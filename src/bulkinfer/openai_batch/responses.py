@@ -8,21 +8,21 @@ from bulkinfer.openai_batch.logprobs import Decode, chat_logprobs, completion_lo
 from bulkinfer.openai_batch.requests import CHAT_URL
 
 
-def output_line(row: dict[str, Any], created: int, decode: Decode) -> dict[str, Any]:
-    """A success is status 200 with a chat.completion or text_completion body; any failure, status 400."""
-    index = row["row_index"]
+def output_line(row: dict[str, Any], created: int, decode: Decode, request_id: str) -> dict[str, Any]:
+    """A success is status 200 with a chat.completion or text_completion body; any failure, status 400.
+    `request_id`: the request's own hex id, from which the line's ids are made."""
     error = row.get("batch_error") or row.get("error")
     if error is not None:
         body = {"error": {"message": error, "type": "invalid_request_error", "param": None, "code": None}}
         status = 400
     else:
-        body = _completion(row, created, decode)
+        body = _completion(row, created, decode, request_id)
         status = 200
-    return {"id": f"batch_req_{index}", "custom_id": row.get("custom_id"),
-            "response": {"status_code": status, "request_id": f"req_{index}", "body": body}, "error": None}
+    return {"id": f"batch_req_{request_id}", "custom_id": row.get("custom_id"),
+            "response": {"status_code": status, "request_id": f"req_{request_id}", "body": body}, "error": None}
 
 
-def _completion(row: dict[str, Any], created: int, decode: Decode) -> dict[str, Any]:
+def _completion(row: dict[str, Any], created: int, decode: Decode, request_id: str) -> dict[str, Any]:
     chat = row["url"] == CHAT_URL
     texts, reasons = _as_list(row["generated_text"]), _as_list(row["finish_reason"])
     logprobs = _choice_logprobs(row, len(texts), chat, decode)
@@ -30,7 +30,7 @@ def _completion(row: dict[str, Any], created: int, decode: Decode) -> dict[str, 
     choices = [_chat_choice(i, text, reason, lp) if chat else _text_choice(i, text, reason, lp)
                for i, (text, reason, lp) in enumerate(zip(texts, reasons, logprobs))]
     return {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{row['row_index']}",
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": row.get("body_model") or "",

@@ -78,9 +78,7 @@ def open_job(config: JobConfig) -> OpenJob:
     check_columns(sources, config)
     directory = JobDir(Path(config.output), shard_of(config))
     directory.create_root()
-    if not directory.siblings() and directory.holds_other_files():
-        raise UsageError(f"{directory.root}: exists, is not empty and holds no bulkinfer job; "
-                         f"choose an empty or new --output directory")
+    directory.check_free()
     _check_ours_alone(directory)
     lock = JobLock(directory.lock_path)
     lock.acquire()
@@ -177,7 +175,9 @@ def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> No
     output = Path(config.output).expanduser().resolve()
     inside = [spec for spec in config.input if Path(spec).expanduser().is_dir()
               and output.is_relative_to(Path(spec).expanduser().resolve())]
-    inside += [str(source.path) for source in sources if source.path.is_relative_to(output)]
+    own_table = JobDir(output).input_table_path
+    inside += [str(source.path) for source in sources
+               if source.path.is_relative_to(output) and source.path.resolve() != own_table]
     if inside:
         raise UsageError(f"--output {config.output} is inside the input {inside[0]} (or holds it): the job would "
                          f"read its own results; choose an --output outside every --input")

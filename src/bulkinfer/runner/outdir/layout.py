@@ -27,10 +27,14 @@ _MANIFEST_TYPES = {"fingerprint": dict, "inputs": list, "rows_total": int}
 _INPUT_TYPES = {"path": str, "format": str, "size": int, "mtime_ns": int, "rows": int}  # readers.InputFile's
 _SUFFIX = r"(?:-(\d+)-of-(\d+))?"
 _JOB_FILE_NAME = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl)")
+# input-table.jsonl is the table a command derives from the user's input (an OpenAI batch file's requests)
+# and then runs: the job's own input, kept with its state.
+INPUT_TABLE = "input-table.jsonl"
 # Every name a run of any shard creates here (a crash before job.json may leave some of them);
 # stats.json is the CLI's end-of-run report (bulkinfer.cli.summary).
 _OUR_NAMES = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl|shards{_SUFFIX}|\.lock{_SUFFIX}"
-                        rf"|\.job{_SUFFIX}\.json\.tmp|stats{_SUFFIX}\.json|\.stats{_SUFFIX}\.json\.tmp)")
+                        rf"|\.job{_SUFFIX}\.json\.tmp|stats{_SUFFIX}\.json|\.stats{_SUFFIX}\.json\.tmp"
+                        rf"|{re.escape(INPUT_TABLE)}(?:\.tmp)?)")
 _RESULTS_FOLDER = re.compile(rf"shards{_SUFFIX}")
 
 
@@ -42,6 +46,14 @@ class JobDir:
         self.ledger_path = root / f"ledger{shard.suffix}.jsonl"
         self.results_path = root / f"shards{shard.suffix}"  # the result files
         self.lock_path = root / f".lock{shard.suffix}"
+        self.input_table_path = root / INPUT_TABLE  # one for every shard
+
+    def check_free(self) -> None:
+        """Raises UsageError unless this directory holds a job or is new, or empty: a run never writes among
+        files of the user's."""
+        if self.root.is_dir() and not self.siblings() and self.holds_other_files():
+            raise UsageError(f"{self.root}: exists, is not empty and holds no bulkinfer job; "
+                             f"choose an empty or new --output directory")
 
     def has_job(self) -> bool:
         """Whether a job was started here: a sound job.json, or a ledger with a sound line (a job whose
