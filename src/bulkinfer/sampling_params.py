@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json as json_module
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
 
@@ -20,6 +21,8 @@ MAX_SCHEMA_DEPTH = 100  # the grammar library reads a schema about 125 levels de
 class SamplingParams:
     """Each field is also a job setting (flag and job-file key), a per-row param column, an lm-eval
     model_arg and an OpenAI batch body field, all derived from the declarations below."""
+
+    HELP_PANEL: ClassVar[str] = "Sampling"
 
     n: int = setting(1, "Samples per prompt; above 1 a job's generation columns hold lists.")
     max_tokens: int = setting(16, "Most tokens to generate per sample.", job_default=256)
