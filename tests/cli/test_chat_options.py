@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -148,3 +149,16 @@ def test_run_help_has_a_panel_per_kind_of_option_required_first(capsys, monkeypa
                                           "╭─ Output", "--output ", "--output-format", "╭─ Performance",
                                           "--max-num-seqs")]
     assert flags == sorted(flags)
+
+
+def test_system_messages_in_a_batch_file_the_template_drops_are_warned_about_once(capsys, tmp_path: Path) -> None:
+    requests = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "m", "max_tokens": 2, "messages": [{"role": "system", "content": "Be brief."},
+                                                                      {"role": "user", "content": f"{i}+1="}]}}
+                for i in range(2)]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps(request) + "\n" for request in requests))
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input", batch,
+                          "--output", tmp_path / "out")
+    assert code == 0, err
+    assert err.count("the chat template drops system messages") == 1

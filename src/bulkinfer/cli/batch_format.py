@@ -32,9 +32,9 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
     if len(settings["input"]) != 1:
         raise UsageError("--format openai-batch takes one --input: the batch file")
     table = requests_path(Path(settings["output"]))
+    tokenizer = model_tokenizer(settings["model"], settings.get("tokenizer"), settings.get("revision"))
     try:
-        convert_batch_file(Path(settings["input"][0]), table, model_tokenizer(settings["model"], settings.get("tokenizer"),
-                                                                            settings.get("revision")))
+        convert_batch_file(Path(settings["input"][0]), table, tokenizer)
     except OSError as exc:
         raise UsageError(f"{table}: cannot write the request table beside --output ({exc.strerror})") from None
     return {**settings, **job_settings(table)}

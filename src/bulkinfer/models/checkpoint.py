@@ -30,7 +30,8 @@ def _download(repo_id: str, revision: str | None) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=["*.json", "*.jinja", "*.safetensors", "*.model", "*.txt"]))
+        patterns = ["*.json", "*.jinja", "*.safetensors", "*.model", "*.txt"]
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except Exception as exc:  # the hub client raises many kinds; the user needs one line
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelNotFoundError(f"{repo_id}: not a local directory, and it could not be fetched from the "
