@@ -162,3 +162,9 @@ def test_system_messages_in_a_batch_file_the_template_drops_are_warned_about_onc
                           "--output", tmp_path / "out")
     assert code == 0, err
     assert err.count("the chat template drops system messages") == 1
+
+
+def test_run_help_in_a_narrow_terminal_cuts_no_flag_short(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = invoke(capsys, "run", "--help")
+    assert code == 0 and "…" not in out and "--max-num-batched" in out

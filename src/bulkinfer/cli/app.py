@@ -6,6 +6,7 @@ import logging
 import sys
 
 import typer
+import typer.rich_utils
 
 import bulkinfer
 from bulkinfer.cli.bench import bench_command
@@ -29,6 +30,23 @@ app.command("inspect", help="Dry run: rows, columns, prompt lengths and the work
 app.command("bench", help="Throughput benchmark: bulkinfer beside transformers' batching.")(bench_command)
 app.command("lm-eval", help="lm-evaluation-harness with the bulkinfer backend; every argument goes to lm_eval.",
             context_settings=LM_EVAL_SETTINGS, add_help_option=False)(lm_eval_command)
+
+
+def _fold_long_flags() -> None:
+    """In a narrow terminal rich cuts long flag names short with an ellipsis (--max-num-batche…); a flag
+    the user cannot read whole is no help, so they wrap onto a second line instead."""
+    for name in ("highlighter", "negative_highlighter", "types_highlighter"):
+        plain = getattr(typer.rich_utils, name)
+
+        def folding(text, plain=plain):
+            highlighted = plain(text)
+            highlighted.overflow = "fold"
+            return highlighted
+
+        setattr(typer.rich_utils, name, folding)
+
+
+_fold_long_flags()
 
 
 def _show_version(wanted: bool) -> None:
