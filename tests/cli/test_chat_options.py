@@ -110,8 +110,9 @@ def test_a_revision_of_a_local_directory_is_refused(capsys, tmp_path: Path) -> N
 @pytest.mark.parametrize("options, message", [
     (["--chat-template", "/no/template.jinja"], "chat_template /no/template.jinja: no such file"),
     (["--chat-template", "{{ broken"], "no such file"),
+    (["--tokenizer", "/no/tokenizer"], "/no/tokenizer: no such tokenizer directory"),
 ])
-def test_chat_template_mistakes_are_one_line(capsys, options: list[str], message: str) -> None:
+def test_model_option_mistakes_are_one_line(capsys, options: list[str], message: str) -> None:
     assert message in one_line_error(*_show_prompts(capsys, *options)[::2])
 
 
