@@ -111,6 +111,7 @@ def test_a_revision_of_a_local_directory_is_refused(capsys, tmp_path: Path) -> N
     (["--chat-template", "/no/template.jinja"], "chat_template /no/template.jinja: no such file"),
     (["--chat-template", "{{ broken"], "no such file"),
     (["--tokenizer", "/no/tokenizer"], "/no/tokenizer: no such tokenizer directory"),
+    (["--show-prompt", "-1"], "show_prompt must be >= 0, got -1"),
 ])
 def test_model_option_mistakes_are_one_line(capsys, options: list[str], message: str) -> None:
     assert message in one_line_error(*_show_prompts(capsys, *options)[::2])

@@ -16,6 +16,7 @@ from bulkinfer.cli.options import given_options, option_parameters
 from bulkinfer.cli.run import run_settings
 from bulkinfer.cli.summary import cost_per_million
 from bulkinfer.cli.tokenizer import model_tokenizer
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.prompts import PromptRenderer
 from bulkinfer.runner.readers import Source, columns_of, read_rows, windows
@@ -58,6 +59,8 @@ def inspect_command(input: list[str], **options: Any) -> int:
     given = given_options(options, inspect_settings())
     model, hourly_cost, output_tok_s, show_prompt = (
         given.pop(name, None) for name in ("model", "hourly_cost", "output_tok_s", "show_prompt"))
+    if show_prompt is not None and show_prompt < 0:
+        raise UsageError(f"show_prompt must be >= 0, got {show_prompt}")
     config = JobConfig.from_settings(model=model or "", input=input, output="", **given)
     sources = resolve_sources(config.input, config.input_format)
     check_columns(sources, config)
