@@ -170,3 +170,9 @@ def test_run_help_in_a_narrow_terminal_cuts_no_flag_short(capsys, monkeypatch: p
     monkeypatch.setenv("COLUMNS", "80")
     code, out, _ = invoke(capsys, "run", "--help")
     assert code == 0 and "…" not in out and "--max-num-batched" in out
+
+
+def test_a_chat_template_file_is_refused_with_a_batch_file(capsys, tmp_path: Path) -> None:
+    code, _, err = invoke(capsys, "run", "--format", "openai-batch", "--model", DEMO_MODEL, "--input",
+                          _seeds(tmp_path, 1), "--chat-template", _template(tmp_path), "--output", tmp_path / "out")
+    assert "drop --chat-template" in one_line_error(code, err)
