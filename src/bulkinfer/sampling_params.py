@@ -6,6 +6,7 @@ import functools
 import json as json_module
 import math
 from dataclasses import InitVar, dataclass
+from typing import ClassVar
 
 from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
 from bulkinfer.structured_outputs_params import GuidedDecodingParams, StructuredOutputsParams, constraint_fields
@@ -22,6 +23,8 @@ MAX_SCHEMA_DEPTH = 100  # the grammar library reads a schema about 125 levels de
 class SamplingParams:
     """Each field is also a job setting (flag and job-file key), a per-row param column, an lm-eval
     model_arg and an OpenAI batch body field, all derived from the declarations below."""
+
+    HELP_PANEL: ClassVar[str] = "Sampling"
 
     n: int = setting(1, "Samples per prompt; above 1 a job's generation columns hold lists.")
     best_of: int | None = setting(None, "vLLM's best_of: accepted when it equals n (vLLM V1 generates n "

@@ -23,11 +23,13 @@ from typing import Any, Callable
 _NO_DEFAULT = dataclasses.MISSING
 # The seeds torch.Generator.manual_seed takes: 64 bits, a negative seed standing for 2**64 + seed.
 SEED_MIN, SEED_MAX = -2**63, 2**64 - 1
+# --help groups flags in these panels, in this order; a settings class names its usual one as HELP_PANEL.
+PANELS = ("Input", "Model", "Sampling", "Output", "Performance")
 
 
 def setting(default: Any = _NO_DEFAULT, help: str = "", *, factory: Callable[[], Any] | None = None,
             choices: tuple[str, ...] | None = None, name: str | None = None, job_default: Any = _NO_DEFAULT,
-            flag: str | None = None, per_row: bool = True, path: bool = False) -> Any:
+            flag: str | None = None, per_row: bool = True, path: bool = False, panel: str | None = None) -> Any:
     """A dataclass field that carries what the derived places need to know about it.
 
     name: the setting's name where one flat namespace holds every setting (flags, job-file keys,
@@ -35,9 +37,11 @@ def setting(default: Any = _NO_DEFAULT, help: str = "", *, factory: Callable[[],
     differs from the Python API's. flag: the flag's spelling, when it is not --field-name. per_row:
     False for a sampling option that cannot come from a param column. path: the value names a file or
     directory (a field typed Path is one without saying so), so a leading ~ in it is the user's home.
+    panel: the --help panel (one of PANELS), when it is not the class's HELP_PANEL.
     """
+    assert panel is None or panel in PANELS, panel  # a declaration mistake, not a user's
     metadata = {"help": help, "choices": choices, "name": name, "job_default": job_default, "flag": flag,
-                "per_row": per_row, "path": path}
+                "per_row": per_row, "path": path, "panel": panel}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -58,6 +62,7 @@ class Setting:
     flag: str | None
     per_row: bool
     names_path: bool
+    panel: str | None  # None: typer's plain "Options"
 
     @property
     def required(self) -> bool:
@@ -109,7 +114,7 @@ def settings_of(cls: type) -> list[Setting]:
         found.append(Setting(meta.get("name") or spec.name, spec.name, cls, hints[spec.name],
                              own if default is _NO_DEFAULT else default, own, meta.get("help", ""),
                              meta.get("choices"), meta.get("flag"), meta.get("per_row", True),
-                             meta.get("path", False)))
+                             meta.get("path", False), meta.get("panel") or getattr(cls, "HELP_PANEL", None)))
     return found
 
 

@@ -6,7 +6,9 @@ import logging
 import sys
 
 import typer
+import typer.rich_utils
 
+import bulkinfer
 from bulkinfer.cli.bench import bench_command
 from bulkinfer.cli.export import export_command, status_command
 from bulkinfer.cli.inspect_input import inspect_command
@@ -18,9 +20,9 @@ from bulkinfer.errors import RunError, UsageError
 # Recent typer vendors click, so its usage errors are not click's; the public BadParameter leads to their base.
 CLI_USAGE_ERRORS = tuple(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
 
-# Plain help (no rich panels): it wraps cleanly at 80 columns, and option names are never cut short.
+# Rich help: flags in panels (settings.PANELS), and each command's whole description in the list of commands.
 app = typer.Typer(name="bulkinfer", help="Offline bulk batch inference for LLMs.", add_completion=False,
-                  no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
+                  pretty_exceptions_enable=False, rich_markup_mode="rich")
 app.command("run", help="Run a job over a dataset, or resume it.")(run_command)
 app.command("run-batch", help="Run an OpenAI batch file, as vllm run-batch does.")(run_batch_command)
 app.command("export", help="Write a job's results, in input order, to one .parquet or .jsonl file.")(export_command)
@@ -32,13 +34,43 @@ app.command("lm-eval", help="lm-evaluation-harness with the bulkinfer backend; e
             context_settings=LM_EVAL_SETTINGS, add_help_option=False)(lm_eval_command)
 
 
+def _fold_long_flags() -> None:
+    """In a narrow terminal rich cuts long flag names short with an ellipsis (--max-num-batche…); a flag
+    the user cannot read whole is no help, so they wrap onto a second line instead."""
+    for name in ("highlighter", "negative_highlighter", "types_highlighter"):
+        plain = getattr(typer.rich_utils, name)
+
+        def folding(text, plain=plain):
+            highlighted = plain(text)
+            highlighted.overflow = "fold"
+            return highlighted
+
+        setattr(typer.rich_utils, name, folding)
+
+
+_fold_long_flags()
+
+
+def _show_version(wanted: bool) -> None:
+    if wanted:
+        print(f"bulkinfer {bulkinfer.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                          help="Print bulkinfer's version and exit.")) -> None:
+    pass
+
+
 def run(argv: list[str] | None = None) -> None:
     """A user's mistake prints one line, with no traceback, and exits 2; a job that cannot go on (a full
-    disk, a lost lock) one line and exit 1."""
+    disk, a lost lock) one line and exit 1. `bulkinfer` alone prints the help."""
     _log_to_stderr()
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else argv
     try:
-        code = command.main(args=argv, prog_name="bulkinfer", standalone_mode=False)
+        code = command.main(args=args or ["--help"], prog_name="bulkinfer", standalone_mode=False)
     except (*CLI_USAGE_ERRORS, UsageError) as exc:
         message = str(exc) if isinstance(exc, UsageError) else exc.format_message()
         print(f"bulkinfer: error: {message}", file=sys.stderr)

@@ -12,7 +12,7 @@ from bulkinfer.openai_batch.convert import prepare_requests_path
 
 FORMATS = ("rows", "openai-batch")
 # Settings the batch format fills in itself, from the request lines.
-BATCH_OWNED = ("prompt_column", "messages_column", "system_prompt", "param_columns", "input_format")
+BATCH_OWNED = ("prompt_column", "messages_column", "system_prompt", "chat_template", "param_columns", "input_format")
 
 
 def check_format(value: str) -> str:
@@ -32,8 +32,9 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
     if len(settings["input"]) != 1:
         raise UsageError("--format openai-batch takes one --input: the batch file")
     table = prepare_requests_path(Path(settings["output"]))
+    tokenizer = model_tokenizer(settings["model"], settings.get("tokenizer"), settings.get("revision"))
     try:
-        convert_batch_file(Path(settings["input"][0]), table, model_tokenizer(settings["model"]))
+        convert_batch_file(Path(settings["input"][0]), table, tokenizer)
     except OSError as exc:
         raise UsageError(f"{table}: cannot write the request table in --output ({exc.strerror})") from None
     return {**settings, **job_settings(table)}

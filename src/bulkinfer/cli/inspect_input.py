@@ -16,6 +16,7 @@ from bulkinfer.cli.options import given_options, option_parameters
 from bulkinfer.cli.run import run_settings
 from bulkinfer.cli.summary import cost_per_million
 from bulkinfer.cli.tokenizer import model_tokenizer
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.prompts import PromptRenderer
 from bulkinfer.runner.readers import Source, columns_of, read_rows, windows
@@ -30,19 +31,23 @@ WINDOW = 10_000  # rows tokenized per batch call
 class Survey:
     lengths: list[int] = field(default_factory=list)  # per usable row, in tokens (or characters)
     unusable: int = 0  # rows that would become error rows
+    shown: list[str] = field(default_factory=list)  # the first prompts, as --show-prompt prints them
 
 
 # The job settings that change what inspect counts; with the same flags and help as `run`.
-JOB_SETTINGS = ("prompt_column", "messages_column", "input_format", "max_tokens", "n")
+JOB_SETTINGS = ("prompt_column", "messages_column", "system_prompt", "chat_template", "tokenizer", "revision",
+                "input_format", "max_tokens", "n")
 
 
 @dataclass
 class InspectSettings:
     model: str | None = setting(None, "Count tokens with this model's tokenizer (default: none; lengths in "
-                                      "characters).", path=True)
+                                      "characters).", path=True, panel="Model")
     output_tok_s: float | None = setting(None, "Output tokens per second to expect, e.g. from a small run's "
                                                "stats.json or `bulkinfer bench`; gives the time, and with "
-                                               "--hourly-cost the cost (default: none).")
+                                               "--hourly-cost the cost (default: none).", panel="Output")
+    show_prompt: int = setting(0, "Print the first N prompts as the model will see them (rendered with the "
+                                  "chat template with --model).", panel="Output")
 
 
 def inspect_settings() -> list[Setting]:
@@ -52,13 +57,20 @@ def inspect_settings() -> list[Setting]:
 
 def inspect_command(input: list[str], **options: Any) -> int:
     given = given_options(options, inspect_settings())
-    model, hourly_cost, output_tok_s = (given.pop(name, None) for name in ("model", "hourly_cost", "output_tok_s"))
+    model, hourly_cost, output_tok_s, show_prompt = (
+        given.pop(name, None) for name in ("model", "hourly_cost", "output_tok_s", "show_prompt"))
+    if show_prompt is not None and show_prompt < 0:
+        raise UsageError(f"show_prompt must be >= 0, got {show_prompt}")
     config = JobConfig.from_settings(model=model or "", input=input, output="", **given)
     sources = resolve_sources(config.input, config.input_format)
     check_columns(sources, config)
-    renderer = PromptRenderer(config, model_tokenizer(model)) if model else None
-    survey = _survey(sources, config, renderer)
+    tokenizer = model_tokenizer(model, config.engine.tokenizer, config.engine.revision) if model else None
+    renderer = PromptRenderer(config, tokenizer) if model else None
+    survey = _survey(sources, config, renderer, show_prompt or 0)
     console = Console()
+    for number, prompt in enumerate(survey.shown, 1):
+        console.rule(f"prompt {number}")
+        console.print(prompt, markup=False, highlight=False)
     console.print(_overview(sources, survey))
     console.print(histogram_table(length_bins(survey.lengths), "tokens" if model else "characters"))
     console.print(_estimate(survey, config, model is not None, hourly_cost, output_tok_s))
@@ -73,11 +85,12 @@ inspect_command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
 inspect_command.__annotations__ = {p.name: p.annotation for p in inspect_command.__signature__.parameters.values()}
 
 
-def _survey(sources: list[Source], config: JobConfig, renderer: PromptRenderer | None) -> Survey:
+def _survey(sources: list[Source], config: JobConfig, renderer: PromptRenderer | None, show: int) -> Survey:
     survey = Survey()
     rows = read_rows(scan_inputs(sources), RowSet(), WINDOW)
     for window in windows(rows, WINDOW):
         texts = list(_prompts(window, config, renderer, survey))
+        survey.shown += texts[:show - len(survey.shown)]
         if renderer is None:
             survey.lengths += [len(text) for text in texts]
         elif texts:

@@ -3,6 +3,7 @@
 Flags are spelled like the settings (`max_tokens` -> `--max-tokens`), booleans get a `--no-` form,
 every flag defaults to "not given" (None) and shows the declared default in --help; so settings
 from several places (flags over a job file over the defaults) merge by dropping what was not given.
+--help groups the flags in their settings' panels (settings.PANELS), the required ones first.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from typing import Any, Optional
 import typer
 
 from bulkinfer.errors import UsageError
-from bulkinfer.settings import Setting, check_choices, expand_paths, settings_of
+from bulkinfer.settings import PANELS, Setting, check_choices, expand_paths, settings_of
 
 
 def option_parameters(settings: list[Setting]) -> list[inspect.Parameter]:
-    """Keyword parameters for a typer command, one option per setting."""
+    """Keyword parameters for a typer command, one option per setting, in --help's order: typer shows a
+    panel where its first option comes."""
+    ordered = sorted(settings, key=lambda s: (PANELS.index(s.panel) if s.panel else -1, not s.required))
     return [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=_option(s), annotation=_cli_type(s))
-            for s in settings]
+            for s in ordered]
 
 
 def given_options(options: dict[str, Any], settings: list[Setting]) -> dict[str, Any]:
@@ -75,9 +78,10 @@ def _option(setting: Setting) -> Any:
         shown = str(setting.default).lower() if isinstance(setting.default, bool) else setting.default
         help_text += f" (default: {shown})"
     flag = flag_of(setting)
+    shown = {"help": help_text, "show_default": False, "rich_help_panel": setting.panel}
     if setting.is_bool:
-        return typer.Option(None, f"{flag}/--no-{flag.removeprefix('--')}", help=help_text, show_default=False)
-    return typer.Option(None, flag, help=help_text, show_default=False, metavar=_metavar(setting))
+        return typer.Option(None, f"{flag}/--no-{flag.removeprefix('--')}", **shown)
+    return typer.Option(None, flag, metavar=_metavar(setting), **shown)
 
 
 def _metavar(setting: Setting) -> str:

@@ -30,11 +30,13 @@ class RunCommandSettings:
     """Settings of the `run` command that are not settings of the job; job files take them too."""
 
     hourly_cost: float | None = setting(None, "Machine price per hour: stats.json then reports the cost per "
-                                              "million output tokens (default: none).")
+                                              "million output tokens (default: none).", panel="Output")
     format: str = setting("rows", "Input: rows (a table with a prompt column) or openai-batch (an OpenAI Batch "
-                                  "API request file).", choices=FORMATS)
+                                  "API request file).", choices=FORMATS,
+                         panel="Input")
     executor: str = setting("local", "local (this process) or ray (an actor pool of engine replicas on a Ray "
-                                     "cluster).", choices=("local", "ray"))
+                                     "cluster).", choices=("local", "ray"),
+                           panel="Performance")
 
 
 def run_settings() -> list[Setting]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from bulkinfer.engine.tokenizer import load_tokenizer
+from bulkinfer.engine.tokenizer import load_tokenizer, tokenizer_path
 from bulkinfer.errors import UsageError
 from bulkinfer.models.checkpoint import resolve_model_path
 
 
-def model_tokenizer(model: str) -> Any:
+def model_tokenizer(model: str, tokenizer: str | None = None, revision: str | None = None) -> Any:
+    """The tokenizer a job on `model` uses: `tokenizer` (a --tokenizer) when given, else the model's."""
     try:
-        return load_tokenizer(resolve_model_path(model))
+        return load_tokenizer(tokenizer_path(resolve_model_path(model, revision), tokenizer))
     except ValueError as exc:  # no such model, or an unreadable tokenizer
         raise UsageError(str(exc)) from None

@@ -1,10 +1,14 @@
 """A checkpoint's chat template, rendered as transformers' ``apply_chat_template(..., tokenize=False)`` renders
 it, but in bulkinfer's sandbox (engine/chat_sandbox.py): a template that loops without end, takes too long or
-builds too much fails the one conversation it renders, with a reason, and the job goes on."""
+builds too much fails the one conversation it renders, with a reason, and the job goes on.
+
+Many small models' templates write only user and assistant turns: a system message given to one would
+not reach the model. `drops_system_messages` tells, and rendering such a message warns once."""
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import jinja2
@@ -15,6 +19,8 @@ from bulkinfer.engine.chat_sandbox import (
 # Where a continued final message ends, so that what the template writes after it can be cut (as transformers).
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_SYSTEM_PROBE = "bulkinfer-system-probe-7c1e"
+log = logging.getLogger(__name__)
 
 
 class ChatTemplateError(ValueError):
@@ -38,6 +44,17 @@ class ChatTemplate:
         except (ValueError, jinja2.TemplateError) as exc:
             raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from None
         self.special_tokens = dict(tokenizer.special_tokens_map)
+        self._warned_system = False
+
+    @functools.cached_property
+    def drops_system_messages(self) -> bool:
+        """Whether a system message's text is missing from what the template writes (a template that
+        refuses system messages raises instead, which fails the conversation with its reason)."""
+        probe = [{"role": "system", "content": _SYSTEM_PROBE}, {"role": "user", "content": "hello"}]
+        try:
+            return _SYSTEM_PROBE not in self._render(probe, True, False)
+        except ChatTemplateError:
+            return False
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                continue_final_message: bool = False, tools: list[dict[str, Any]] | None = None,
@@ -45,6 +62,13 @@ class ChatTemplate:
         """The conversation as prompt text. ``continue_final_message`` leaves the last message open for the
         model to go on with, instead of starting a new assistant turn. ``template_kwargs`` are more variables
         for the template (``enable_thinking=False``, say), as transformers' ``apply_chat_template(**kwargs)``."""
+        if not self._warned_system and _has_system(messages) and self.drops_system_messages:
+            self._warned_system = True
+            log.warning("warning: the chat template drops system messages, so they do not reach the model")
+        return self._render(messages, add_generation_prompt, continue_final_message, tools, template_kwargs)
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, continue_final_message: bool,
+                tools: list[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None) -> str:
         try:
             messages = _normalized(messages)
             if continue_final_message:
@@ -70,6 +94,10 @@ class ChatTemplate:
                 budget.spend()
                 chunks.append(chunk)
             return "".join(chunks)
+
+
+def _has_system(messages: Any) -> bool:
+    return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages)
 
 
 def _normalized(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

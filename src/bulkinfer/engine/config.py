@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bulkinfer.settings import check_choices, check_finite, check_seed, setting
 
@@ -22,10 +23,17 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 @dataclass(frozen=True)
 class EngineConfig:
+    HELP_PANEL: ClassVar[str] = "Performance"
+
+    tokenizer: str | None = setting(None, "Tokenizer: a local directory or a hub id, when it is not the model's "
+                                          "(default: the model's).", path=True, panel="Model")
+    revision: str | None = setting(None, "Hub revision (branch, tag or commit) of a model given as a hub id; "
+                                         "refused with a local directory (default: the hub's main).", panel="Model")
     dtype: str = setting("auto", "Weights and activations: auto (float32 on the CPU, the checkpoint's half "
-                                 "type on a GPU), float32, float16 or bfloat16.", choices=DTYPES)
-    device: str = setting("auto", "auto, cpu, cuda or cuda:N.")
-    max_model_len: int | None = setting(None, "Longest prompt + output in tokens (default: the model's).")
+                                 "type on a GPU), float32, float16 or bfloat16.", choices=DTYPES, panel="Model")
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N.", panel="Model")
+    max_model_len: int | None = setting(None, "Longest prompt + output in tokens (default: the model's).",
+                                        panel="Model")
     max_num_seqs: int = setting(256, "Most sequences in the engine's running batch.")
     max_n: int = setting(128, "Most samples one request may ask for (n); a request above it is refused, as each "
                               "sample costs its own KV cache and decoding. 128 is OpenAI's limit.")
@@ -41,7 +49,7 @@ class EngineConfig:
     model_impl: str = setting("auto", "Whose model code runs: native (bulkinfer's, for the architectures it has), "
                                       "transformers (any causal LM transformers can build, on bulkinfer's paged "
                                       "attention) or auto (native where it exists, else transformers).",
-                              choices=MODEL_IMPLS)
+                              choices=MODEL_IMPLS, panel="Model")
     kv_cache_memory_gb: float = setting(4.0, "KV-cache size on the CPU, in GB.")
     gpu_memory_utilization: float = setting(0.9, "Share of GPU memory the model and KV cache may use.")
     enforce_eager: bool = setting(False, "Run decode steps without CUDA graphs.")
@@ -51,7 +59,7 @@ class EngineConfig:
                                          "logprobs are bitwise the same whatever shares its batch and however its "
                                          "prompt is chunked or preempted (slower; see docs/gpu.md).")
     seed: int = setting(0, "Seed of the sampler's stream for requests without a seed of their own.",
-                        name="engine_seed")
+                        name="engine_seed", panel="Sampling")
 
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, str):  # a torch.dtype, as the Python API also takes

@@ -28,7 +28,7 @@ from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
 from bulkinfer.engine.step_plan import sampled_rows
-from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer
+from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer, tokenizer_path
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
 from bulkinfer.outputs import PositionLogprobs, RequestOutput
@@ -44,11 +44,11 @@ class LLM:
 
     def __init__(self, model: str, **options: Any):
         engine_options = construct(EngineConfig, options, "LLM option")
-        path = resolve_model_path(str(model))
+        path = resolve_model_path(str(model), engine_options.revision)
         model_config, hf_config = read_config(path, engine_options.model_impl)
         self.config = resolve(engine_options, model_config)
         self.model_config = model_config
-        self.tokenizer = load_tokenizer(path)
+        self.tokenizer = load_tokenizer(tokenizer_path(path, engine_options.tokenizer))
         self.runner = ModelRunner(self.config, model_config, path)
         self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
                                           engine_options.enable_prefix_caching)

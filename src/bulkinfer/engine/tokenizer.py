@@ -5,7 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
 from bulkinfer.models.refusal import refuse_tokenizer_code
+
+
+def tokenizer_path(model_path: Path, tokenizer: str | None) -> Path:
+    """Where the tokenizer is: the model's directory, or the `tokenizer` setting's directory or hub id."""
+    if tokenizer is None:
+        return model_path
+    path = Path(tokenizer).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or tokenizer.startswith((".", "/", "~")):
+        raise ModelNotFoundError(f"{tokenizer}: no such tokenizer directory")
+    return resolve_model_path(tokenizer)
 
 
 def load_tokenizer(path: Path, **options):

@@ -13,7 +13,7 @@ import pickle
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import pyarrow as pa
 
@@ -33,6 +33,8 @@ PAYLOAD = "row"
 
 @dataclass(frozen=True)
 class RaySettings:
+    HELP_PANEL: ClassVar[str] = "Performance"
+
     ray_address: str | None = setting(None, "Ray cluster to join (default: RAY_ADDRESS, else start a local one).")
     replicas: int = setting(1, "Engine replicas in the Ray actor pool (with --executor ray).")
     gpus_per_replica: float = setting(0.0, "GPUs each Ray engine replica takes (0: CPU).")

@@ -11,23 +11,27 @@ class ModelNotFoundError(ValueError):
     pass
 
 
-def resolve_model_path(model: str) -> Path:
-    """A local checkpoint directory, or a hub id downloaded when the network allows."""
+def resolve_model_path(model: str, revision: str | None = None) -> Path:
+    """A local checkpoint directory, or a hub id downloaded (at ``revision``) when the network allows. A
+    revision with a local directory is refused: the directory holds one version, whichever was asked for."""
     path = Path(model).expanduser()
     if path.is_dir():
+        if revision is not None:
+            raise ModelNotFoundError(f"{model}: a revision ({revision}) applies to hub ids, not local directories")
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{model}: directory has no config.json, so it is not a model checkpoint")
         return path
     if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise ModelNotFoundError(f"{model}: no such model directory")
-    return _download(model)
+    return _download(model, revision)
 
 
-def _download(repo_id: str) -> Path:
+def _download(repo_id: str, revision: str | None) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.jinja", "*.safetensors", "*.model", "*.txt"]))
+        patterns = ["*.json", "*.jinja", "*.safetensors", "*.model", "*.txt"]
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except Exception as exc:  # the hub client raises many kinds; the user needs one line
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelNotFoundError(f"{repo_id}: not a local directory, and it could not be fetched from the "

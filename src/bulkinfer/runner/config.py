@@ -8,8 +8,9 @@ from which the flags, the job-file keys and stats.json are derived.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
@@ -26,10 +27,14 @@ def _job_sampling() -> SamplingParams:
 
 @dataclass
 class JobConfig:
-    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.", path=True)
+    HELP_PANEL: ClassVar[str] = "Input"
+
+    model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.", path=True,
+                         panel="Model")
     input: list[str] = setting(help="Input file, directory or glob (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
                                     "repeat for more.", path=True)
-    output: str = setting(help="Output directory; rerunning the same job on it resumes.", path=True)
+    output: str = setting(help="Output directory; rerunning the same job on it resumes.", path=True,
+                          panel="Output")
     input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
                                              "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.
@@ -37,7 +42,11 @@ class JobConfig:
     messages_column: str | None = setting(None, "Column with chat messages ({role, content} lists), rendered "
                                                 "with the chat template.")
     system_prompt: str | None = setting(None, "System message added before each row's messages "
-                                              "(with --messages-column).")
+                                              "(with --messages-column); refused when the chat template would "
+                                              "drop it.")
+    chat_template: str | None = setting(None, "Jinja file with the chat template to render messages with, "
+                                              "instead of the tokenizer's (default: the tokenizer's).", path=True,
+                                        panel="Model")
     id_column: str | None = setting(None, "Column that identifies rows (default: none; row_index, the row's "
                                           "position, does).")
     param_columns: dict[str, str] = setting(help="PARAM=COLUMN: take a sampling setting (max_tokens, seed, ...) "
@@ -53,19 +62,22 @@ class JobConfig:
     choices_column: str = setting("choices", "Column with a list of candidate continuations of the prompt "
                                              "(--task choice).")
     # Output and pacing.
-    output_format: str = setting("parquet", "Result file format: parquet or jsonl.", choices=("parquet", "jsonl"))
-    window_rows: int = setting(20_000, "Rows read, tokenized and sorted by length at a time.")
-    shard_rows: int = setting(10_000, "Rows per result file.")
+    output_format: str = setting("parquet", "Result file format: parquet or jsonl.", choices=("parquet", "jsonl"),
+                                 panel="Output")
+    window_rows: int = setting(20_000, "Rows read, tokenized and sorted by length at a time.", panel="Performance")
+    shard_rows: int = setting(10_000, "Rows per result file.", panel="Output")
     commit_seconds: float = setting(5.0, "Commit finished rows at least this often, in seconds: a kill loses at "
-                                         "most this much work.")
-    max_in_flight: int | None = setting(None, "Requests kept queued in the engine (default: 4 x max_num_seqs).")
-    fail_on_error: bool = setting(False, "Exit with status 1 when any row has an error.")
-    force: bool = setting(False, "Discard the results of a different job in the output directory and start over.")
+                                         "most this much work.", panel="Output")
+    max_in_flight: int | None = setting(None, "Requests kept queued in the engine (default: 4 x max_num_seqs).",
+                                        panel="Performance")
+    fail_on_error: bool = setting(False, "Exit with status 1 when any row has an error.", panel="Output")
+    force: bool = setting(False, "Discard the results of a different job in the output directory and start over.",
+                          panel="Output")
     # Scale-out: shard None takes SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX (see shards.py).
     num_shards: int | None = setting(None, "Split the input into this many disjoint shards, run one per process "
-                                           "(default: 1).")
+                                           "(default: 1).", panel="Performance")
     shard: int | None = setting(None, "Which shard this run does, 0..N-1 (default: SLURM_ARRAY_TASK_ID or "
-                                      "JOB_COMPLETION_INDEX).")
+                                      "JOB_COMPLETION_INDEX).", panel="Performance")
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig, metadata={"group": True})
     sampling: SamplingParams = dataclasses.field(default_factory=_job_sampling, metadata={"group": True})
 
@@ -133,8 +145,11 @@ class JobConfig:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.commit_seconds <= 0:
             raise UsageError(f"commit_seconds must be > 0, got {self.commit_seconds}")
-        if self.system_prompt is not None and self.messages_column is None:
-            raise UsageError("system_prompt needs messages_column: it is added to each row's chat messages")
+        for name in ("system_prompt", "chat_template"):
+            if getattr(self, name) is not None and self.messages_column is None:
+                raise UsageError(f"{name} needs messages_column: it applies to each row's chat messages")
+        if self.chat_template is not None and not os.path.isfile(self.chat_template):
+            raise UsageError(f"chat_template {self.chat_template}: no such file")
         per_row = [s.name for s in settings_of(SamplingParams) if s.per_row]
         unknown = sorted(set(self.param_columns) - set(per_row))
         if unknown:

@@ -11,6 +11,7 @@ this process's engine by default, or another passed in (the command line passes 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -99,7 +100,7 @@ class LocalExecutor:
         from bulkinfer.models.loader import read_config
 
         try:
-            path = resolve_model_path(config.model)
+            path = resolve_model_path(config.model, config.engine.revision)
         except ModelNotFoundError as exc:
             raise UsageError(str(exc)) from None
         try:
@@ -131,4 +132,4 @@ class LocalExecutor:
 
 def _engine_options(config: JobConfig) -> dict[str, Any]:
     # Every option is passed: the job's defaults are the engine's, declared once on EngineConfig.
-    return {name: getattr(config.engine, name) for name in config.engine.__dataclass_fields__}
+    return dataclasses.asdict(config.engine)

@@ -4,6 +4,7 @@ template) and its sampling settings (the job's, overridden by the row's param co
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
@@ -19,13 +20,10 @@ class PromptRenderer:
         self.chat = config.messages_column is not None
         self.system_prompt = config.system_prompt
         self.tokenizer = tokenizer
-        if self.chat and not getattr(tokenizer, "chat_template", None):
-            raise UsageError("messages_column is set, but the model's tokenizer has no chat template; "
-                             "use prompt_column with ready-made text instead")
-        try:
-            self.chat_template = ChatTemplate(tokenizer) if self.chat else None
-        except ChatTemplateError as exc:
-            raise UsageError(f"messages_column is set, but the model's {exc}") from None
+        self.chat_template = _chat_template(config, tokenizer) if self.chat else None
+        if self.system_prompt is not None and self.chat_template.drops_system_messages:
+            raise UsageError("system_prompt: the chat template drops system messages, so it would not reach the "
+                             "model; pass a chat_template that writes them, or put it in the user messages")
 
     @property
     def adds_special_tokens(self) -> bool:
@@ -52,6 +50,22 @@ class PromptRenderer:
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
         return self.chat_template.render(messages)  # a ValueError naming why it could not
+
+
+def _chat_template(config: JobConfig, tokenizer: Any) -> ChatTemplate:
+    """The job's chat_template file when given, else the tokenizer's."""
+    if config.chat_template is None and not getattr(tokenizer, "chat_template", None):
+        raise UsageError("messages_column is set, but the model's tokenizer has no chat template; "
+                         "pass a chat_template file, or use prompt_column with ready-made text instead")
+    where = (f"chat_template {config.chat_template}: " if config.chat_template
+             else "messages_column is set, but the model's ")
+    try:
+        source = Path(config.chat_template).read_text() if config.chat_template else None
+        return ChatTemplate(tokenizer, source)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}cannot be read ({exc})") from None
+    except ChatTemplateError as exc:
+        raise UsageError(f"{where}{exc}") from None
 
 
 def _check_messages(column: str, messages: Any) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from pathlib import Path
 from typing import Any
 
+from bulkinfer.engine.tokenizer import tokenizer_path
 from bulkinfer.errors import UsageError
 from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
 from bulkinfer.runner.config import JobConfig
@@ -27,7 +29,10 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
     """`inputs`: each file's identity (see inputs.identity_of)."""
     return {
         "inputs": inputs,
-        **model_identity(config.model),
+        **model_identity(config.model, config.engine.revision, config.engine.tokenizer),
+        # Only when set, so jobs started before these settings existed still resume.
+        **({"revision": config.engine.revision} if config.engine.revision else {}),
+        **({"chat_template": _hash(Path(config.chat_template))} if config.chat_template else {}),
         "dtype": config.engine.dtype,
         "max_model_len": config.engine.max_model_len,
         **{name: getattr(config, name) for name in PROMPT_FIELDS},
@@ -39,20 +44,33 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
     }
 
 
-def model_identity(model: str) -> dict[str, Any]:
+def model_identity(model: str, revision: str | None = None, tokenizer: str | None = None) -> dict[str, Any]:
     """The checkpoint's directory, hashes of its small text files (config, tokenizer, chat template:
-    transformers keeps that in chat_template.jinja or tokenizer_config.json) and its weight sizes."""
+    transformers keeps that in chat_template.jinja or tokenizer_config.json) and its weight sizes; and
+    the same of a tokenizer given apart from the model."""
     try:
-        path = resolve_model_path(model).resolve()
+        path = resolve_model_path(model, revision).resolve()
+        tokenizer_dir = tokenizer_path(path, tokenizer).resolve()
     except ModelNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    identity: dict[str, Any] = {"model": str(path), "model_files": _file_identities(path)}
+    if tokenizer_dir != path:
+        identity.update(tokenizer=str(tokenizer_dir), tokenizer_files=_file_identities(tokenizer_dir))
+    return identity
+
+
+def _file_identities(path: Path) -> dict[str, str | int]:
     files: dict[str, str | int] = {}
     for file in sorted(path.iterdir()):
         if file.suffix in (".json", ".jinja"):
-            files[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+            files[file.name] = _hash(file)
         elif file.suffix == ".safetensors":
             files[file.name] = file.stat().st_size  # hashing gigabytes would delay every start
-    return {"model": str(path), "model_files": files}
+    return files
+
+
+def _hash(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()[:16]
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
