@@ -86,9 +86,7 @@ class LLM:
 
     def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
         """Queue a request; its output comes back from a later step() once all its samples finish."""
-        text, token_ids = self._encoded(prompt)
-        params = params or SamplingParams()
-        self._add(request_id, text, params.kept_prompt(token_ids, self.max_model_len), params)
+        self._add(request_id, *self._encoded(prompt), params or SamplingParams())
 
     def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
         """Queue a prefill-only request that records the log-probability of every token from
@@ -103,6 +101,7 @@ class LLM:
              **scoring) -> None:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
+        token_ids = params.kept_prompt(token_ids, self.max_model_len)
         request = Request(request_id, text, token_ids, params, [])
         prompt_ids = token_ids[:-1] if "scored_ids" in scoring else token_ids
         max_tokens = 0 if "scored_ids" in scoring else params.max_tokens
@@ -214,7 +213,7 @@ class LLM:
         for index, ((text, token_ids), p) in enumerate(zip(prompts, params)):
             request_id = f"generate-{next(self._generate_ids)}"
             positions[request_id] = index
-            self._add(request_id, text, p.kept_prompt(token_ids, self.max_model_len), p)
+            self._add(request_id, text, token_ids, p)
         results: list[RequestOutput | None] = [None] * len(prompts)
         remaining = len(prompts)
         with tqdm(total=len(prompts), desc="requests", disable=not use_tqdm) as bar:
