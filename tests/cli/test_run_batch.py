@@ -81,7 +81,12 @@ def test_run_batch_mistakes_are_one_line(capsys, tmp_path: Path) -> None:
     assert code == 2 and err == f"bulkinfer: error: {tmp_path / 'no'}: no such directory\n"
     code, _, err = invoke(capsys, "run-batch", "-i", batch, "-o", batch, "--model", DEMO_MODEL)
     assert code == 2 and "is the input file" in err and err.count("\n") == 1
-    assert sorted(os.listdir(tmp_path)) == ["batch.jsonl"]
+    code, _, err = invoke(capsys, "run-batch", "-i", tmp_path / "none.jsonl", "-o", tmp_path / "out.jsonl",
+                          "--model", DEMO_MODEL)
+    assert code == 2 and err == f"bulkinfer: error: {tmp_path / 'none.jsonl'}: no such batch file\n"
+    code, _, err = invoke(capsys, "run-batch", "-i", batch, "-o", tmp_path / "out.jsonl", "--model", tmp_path / "nm")
+    assert code == 2 and err.count("\n") == 1
+    assert sorted(os.listdir(tmp_path)) == ["batch.jsonl"]  # no job state left behind by a refused start
 
 
 @pytest.mark.slow

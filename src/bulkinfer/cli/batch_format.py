@@ -31,10 +31,14 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
                          f"drop {', '.join('--' + key.replace('_', '-') for key in clash)}")
     if len(settings["input"]) != 1:
         raise UsageError("--format openai-batch takes one --input: the batch file")
-    table = prepare_requests_path(Path(settings["output"]))
+    batch_file = Path(settings["input"][0])
+    if not batch_file.is_file():
+        raise UsageError(f"{batch_file}: no such batch file")
+    # The tokenizer before the output directory: a mistake in either leaves nothing behind.
     tokenizer = model_tokenizer(settings["model"], settings.get("tokenizer"), settings.get("revision"))
+    table = prepare_requests_path(Path(settings["output"]))
     try:
-        convert_batch_file(Path(settings["input"][0]), table, tokenizer)
+        convert_batch_file(batch_file, table, tokenizer)
     except OSError as exc:
         raise UsageError(f"{table}: cannot write the request table in --output ({exc.strerror})") from None
     return {**settings, **job_settings(table)}

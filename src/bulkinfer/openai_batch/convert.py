@@ -35,9 +35,7 @@ def prepare_requests_path(output: Path) -> Path:
 
 
 def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:
-    """Write the request table for `batch_file`; returns the number of rows."""
-    if not batch_file.is_file():
-        raise UsageError(f"{batch_file}: no such batch file")
+    """Write the request table for `batch_file`, an existing file; returns the number of rows."""
     tmp = table.with_name(table.name + ".tmp")
     rows, valid, first_error = 0, 0, None
     chat_template = functools.cache(lambda: ChatTemplate(tokenizer))  # compiled for the first chat row
