@@ -159,7 +159,7 @@ def load_union(output: Path) -> JobUnion:
     directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
-    directories[0].check_entries()  # before reading any of them
+    directories[0].check_entries()  # no link among any shard's files before their ledgers and results are read
     progresses = [load_progress(directory.ledger_path) for directory in directories]
     manifests = [directory.read_job(progress) for directory, progress in zip(directories, progresses)]
     counts = {directory.shard.count for directory in directories}
