@@ -18,6 +18,15 @@ PositionLogprobs = dict[int, Logprob]
 
 
 @dataclass
+class ToolCall:
+    """A function call a model made, in OpenAI's shape: ``arguments`` is the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
 class CompletionOutput:
     index: int
     text: str
@@ -26,6 +35,9 @@ class CompletionOutput:
     logprobs: list[PositionLogprobs] | None
     finish_reason: str | None  # "stop" | "length" | None while running or on error
     stop_reason: int | str | None = None  # the stop string or stop token that ended it
+    reasoning: str | None = None  # a thinking model's reasoning, apart from `text` (None: no reasoning parser)
+    num_reasoning_tokens: int = 0  # of token_ids, how many are reasoning
+    tool_calls: list[ToolCall] | None = None  # the calls parsed out of `text` (None: no tool-call parser ran)
 
     def finished(self) -> bool:
         return self.finish_reason is not None
