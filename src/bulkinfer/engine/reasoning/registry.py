@@ -4,11 +4,14 @@ the tokenizer's vocabulary and chat template."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
+from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.reasoning.base import ReasoningParser
 from bulkinfer.engine.reasoning.think_tags import END_TAG, START_TAG, DeepSeekR1Parser, Qwen3Parser
+from bulkinfer.engine.tokenizer import load_tokenizer, tokenizer_path
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,13 @@ def reasoning_parser(name: str, tokenizer: Any) -> ReasoningParser | None:
     if name not in PARSERS:
         raise ValueError(f"reasoning_parser {name!r} is not available in this build")
     return PARSERS[name](tokenizer)
+
+
+def has_reasoning_parser(model_path: Path, options: EngineConfig) -> bool:
+    """Whether the engine would run this model with a reasoning parser (its tokenizer is loaded to tell)."""
+    if options.reasoning_parser != "auto":
+        return options.reasoning_parser != "none"
+    return auto_parser_name(load_tokenizer(tokenizer_path(model_path, options.tokenizer))) != "none"
 
 
 def auto_parser_name(tokenizer: Any) -> str:
