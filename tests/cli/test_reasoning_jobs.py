@@ -36,11 +36,15 @@ def test_a_schema_job_with_a_thinking_budget(capsys, tmp_path: Path, qwen3_dir: 
                           "--messages-column", "messages", "--output", tmp_path / "out", "--json-schema", schema,
                           "--thinking-budget", "16", "--max-tokens", "64", "--temperature", "0.8", "--seed", "1")
     assert code == 0, err
-    for row in exported(capsys, tmp_path / "out"):
+    rows = exported(capsys, tmp_path / "out")
+    for row in rows:
         assert row["finish_reason"] == "stop" and row["error"] is None
         jsonschema.validate(json.loads(row["generated_text"]), TICKET)
         assert row["generated_reasoning"] and row["reasoning_tokens"] == 16
         assert "</think>" not in row["generated_text"]
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["reasoning_tokens"] == 16 * len(rows)
+    assert stats["reasoning_tokens"] + stats["answer_tokens"] == sum(row["completion_tokens"] for row in rows)
 
 
 def test_a_model_without_a_parser_has_no_reasoning_columns(capsys, tmp_path: Path, tiny_llama: Path) -> None:
