@@ -78,3 +78,15 @@ def test_openai_batch_output_has_reasoning_content(capsys, tmp_path: Path, qwen3
     assert think.usage.completion_tokens_details.reasoning_tokens == 6
     free = lines["free"]["response"]["body"]["choices"][0]["message"]
     assert "reasoning_content" in free  # null when the model answered at once
+
+
+def test_the_reasoning_parser_is_part_of_the_job(capsys, tmp_path: Path, qwen3_dir: Path) -> None:
+    """It decides what generated_text holds: a job run without a parser does not resume with one."""
+    data = _messages_input(tmp_path, 2)
+    base = ("run", "--model", qwen3_dir, "--input", data, "--messages-column", "messages", "--output",
+            tmp_path / "out", "--max-tokens", "4")
+    code, _, err = invoke(capsys, *base, "--reasoning-parser", "none")
+    assert code == 0, err
+    assert "generated_reasoning" not in exported(capsys, tmp_path / "out")[0]
+    code, _, err = invoke(capsys, *base)
+    assert "reasoning_parser" in one_line_error(code, err)

@@ -112,3 +112,19 @@ def test_stats_count_reasoning_and_answer_tokens_apart(r1_dir):
     llm = LLM(str(r1_dir), max_model_len=256, num_kv_blocks=64)
     chat(llm, max_tokens=10, thinking_budget=3)
     assert (llm.stats.reasoning_tokens, llm.stats.answer_tokens) == (3, 7)
+
+
+def test_a_forced_token_has_logprob_zero(r1):
+    out = chat(r1, max_tokens=8, thinking_budget=3, logprobs=2).outputs[0]
+    forced = out.logprobs[3]
+    assert list(forced) == [end_id(r1)] and forced[end_id(r1)].logprob == 0.0
+    assert all(len(position) >= 2 for at, position in enumerate(out.logprobs) if at != 3)
+
+
+def test_generate_without_a_template_gives_reasoning(r1, qwen3):
+    """R1 reasons first even when no template opened the block; Qwen3's output without a tag is an answer."""
+    out = r1.generate("2 + 2 =", SamplingParams(temperature=0, max_tokens=6, thinking_budget=2), use_tqdm=False)
+    completion = out[0].outputs[0]
+    assert completion.num_reasoning_tokens == 2 and completion.token_ids[2] == end_id(r1)
+    out = qwen3.generate("2 + 2 =", SamplingParams(temperature=0, max_tokens=6), use_tqdm=False)[0].outputs[0]
+    assert (out.reasoning, out.text) == ("", decode(qwen3, out.token_ids))

@@ -69,7 +69,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_row("model code", stats["model_impl"])
     table.add_row("errors", f"{stats['rows_failed']:,}")
     table.add_row("tokens", f"{stats['prompt_tokens']:,} prompt, {stats['output_tokens']:,} output")
-    if stats["reasoning_tokens"]:
+    if stats.get("reasoning_tokens"):
         table.add_row("output", f"{stats['reasoning_tokens']:,} reasoning, {stats['answer_tokens']:,} answer")
     table.add_row("wall time", f"{stats['wall_seconds']:,.1f} s ({stats['engine_seconds']:,.1f} s generating)")
     table.add_row("throughput", f"{stats['output_tokens_per_second']:,.1f} output tok/s, "

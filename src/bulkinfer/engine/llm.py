@@ -33,7 +33,7 @@ from bulkinfer.engine.step_plan import sampled_rows
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer, tokenizer_path
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
-from bulkinfer.outputs import PositionLogprobs, RequestOutput
+from bulkinfer.outputs import Logprob, PositionLogprobs, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
@@ -354,8 +354,8 @@ class LLM:
 
     def _close_over_budget(self, seq: Sequence) -> bool:
         """Once the sequence has written its thinking budget, append the end of its reasoning in one go: the
-        next step computes it as one chunk. Forced tokens have no logprobs (None in their place). Returns
-        whether the sequence is now done."""
+        next step computes it as one chunk. A forced token's logprob is 0, with no alternatives: the engine
+        chose it with certainty. Returns whether the sequence is now done."""
         if self.reasoning is None:
             return False
         forced = self.reasoning.over_budget(seq)[:seq.params.max_tokens - seq.num_output_tokens]
@@ -363,7 +363,7 @@ class LLM:
             return False
         self._append(seq, forced)
         if seq.logprobs is not None:
-            seq.logprobs.extend([None] * len(forced))
+            seq.logprobs.extend({token: Logprob(0.0, 1, self.tokenizer.decode([token]))} for token in forced)
         self._stats.generation_tokens += len(forced)
         return self.stop_checker.check(seq)
 
