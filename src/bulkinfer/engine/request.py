@@ -48,7 +48,7 @@ def _completion(seq: Sequence, detokenizer: Detokenizer, reasoning: ReasoningTra
     output = CompletionOutput(seq.index, "", seq.output_token_ids, cumulative, seq.logprobs, seq.finish_reason,
                               seq.stop_reason)
     answer_start = seq.num_prompt_tokens
-    if reasoning is not None:
+    if reasoning is not None and not seq.prefill_only:
         split = reasoning.split(seq)
         output.reasoning = detokenizer.text_of(seq, split.reasoning_ids)
         output.num_reasoning_tokens = len(split.reasoning_ids)

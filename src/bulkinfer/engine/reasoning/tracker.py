@@ -21,8 +21,6 @@ class ReasoningTracker:
         constrained row whose template leaves the opening to the model gets it opened, so that it reasons
         before the answer its constraint shapes."""
         seq.phase = self.parser.start(seq.prompt_token_ids)
-        if seq.phase is Phase.ANSWER:
-            seq.answer_start = seq.num_prompt_tokens
         if seq.phase is Phase.PREAMBLE and seq.params.constraint is not None:
             return self.parser.opening_ids()
         return []
