@@ -114,11 +114,15 @@ def test_stats_count_reasoning_and_answer_tokens_apart(r1_dir):
     assert (llm.stats.reasoning_tokens, llm.stats.answer_tokens) == (3, 7)
 
 
-def test_a_forced_token_has_logprob_zero(r1):
+def test_a_forced_token_has_logprob_zero(r1, qwen3):
     out = chat(r1, max_tokens=8, thinking_budget=3, logprobs=2).outputs[0]
     forced = out.logprobs[3]
     assert list(forced) == [end_id(r1)] and forced[end_id(r1)].logprob == 0.0
     assert all(len(position) >= 2 for at, position in enumerate(out.logprobs) if at != 3)
+    # Forced before the first token too: a constrained Qwen3 row's opening, then a budget of 0's close.
+    out = chat(qwen3, max_tokens=8, thinking_budget=0, logprobs=1, regex="[ab]+").outputs[0]
+    assert len(out.logprobs) == len(out.token_ids)
+    assert [list(position) for position in out.logprobs[:2]] == [[out.token_ids[0]], [end_id(qwen3)]]
 
 
 def test_generate_without_a_template_gives_reasoning(r1, qwen3):

@@ -344,27 +344,31 @@ class LLM:
             if self.reasoning is not None:
                 self.reasoning.appended(seq)
 
+    def _append_forced(self, seq: Sequence, tokens: list[int]) -> None:
+        """Tokens the engine writes for the model, in one go: the next step computes them as one chunk. A
+        forced token's logprob is 0, with no alternatives: the engine chose it with certainty."""
+        self._append(seq, tokens)
+        if seq.logprobs is not None:
+            seq.logprobs.extend({token: Logprob(0.0, 1, self.tokenizer.decode([token]))} for token in tokens)
+        self._stats.generation_tokens += len(tokens)
+
     def _begin_reasoning(self, seq: Sequence) -> None:
         """The sequence's first phase, and what is forced before its first token: the opening of a constrained
         row's reasoning, the close of a budget of 0. One token is always left for the model to write."""
         room = seq.params.max_tokens - 1
         opening = self.reasoning.begin(seq)[:room]
-        self._append(seq, opening)
-        self._append(seq, self.reasoning.over_budget(seq)[:room - len(opening)])
+        self._append_forced(seq, opening)
+        self._append_forced(seq, self.reasoning.over_budget(seq)[:room - len(opening)])
 
     def _close_over_budget(self, seq: Sequence) -> bool:
-        """Once the sequence has written its thinking budget, append the end of its reasoning in one go: the
-        next step computes it as one chunk. A forced token's logprob is 0, with no alternatives: the engine
-        chose it with certainty. Returns whether the sequence is now done."""
+        """Once the sequence has written its thinking budget, force the end of its reasoning; returns whether
+        the sequence is now done."""
         if self.reasoning is None:
             return False
         forced = self.reasoning.over_budget(seq)[:seq.params.max_tokens - seq.num_output_tokens]
         if not forced:
             return False
-        self._append(seq, forced)
-        if seq.logprobs is not None:
-            seq.logprobs.extend({token: Logprob(0.0, 1, self.tokenizer.decode([token]))} for token in forced)
-        self._stats.generation_tokens += len(forced)
+        self._append_forced(seq, forced)
         return self.stop_checker.check(seq)
 
     def _jump_forward(self, seq: Sequence) -> bool:
