@@ -132,3 +132,15 @@ def test_generate_without_a_template_gives_reasoning(r1, qwen3):
     assert completion.num_reasoning_tokens == 2 and completion.token_ids[2] == end_id(r1)
     out = qwen3.generate("2 + 2 =", SamplingParams(temperature=0, max_tokens=6), use_tqdm=False)[0].outputs[0]
     assert (out.reasoning, out.text) == ("", decode(qwen3, out.token_ids))
+
+
+def test_a_budget_forces_a_marker_of_several_tokens_in_one_step(tiny_llama):
+    """The shared test tokenizer spells </think> in pieces: they are appended at once, and the next step
+    computes them as one chunk instead of one forward pass each."""
+    llm = LLM(str(tiny_llama), max_model_len=256, num_kv_blocks=64, reasoning_parser="deepseek_r1")
+    end = llm.tokenizer.encode("</think>", add_special_tokens=False)
+    assert len(end) > 1
+    out = llm.generate("2 + 2 =", SamplingParams(temperature=0, max_tokens=12, thinking_budget=3),
+                       use_tqdm=False)[0].outputs[0]
+    assert out.token_ids[3:3 + len(end)] == end and out.num_reasoning_tokens == 3
+    assert llm.stats.steps == 12 - len(end)  # one sampled token per step
