@@ -40,7 +40,9 @@ def main() -> None:
     path = model_path(f"random:{args.shape}", "auto")
     vocab_size = read_config(path, "auto")[0].vocab_size
     requests = make_workload("mixed", args.num_requests, vocab_size)
-    llms = {name: LLM(str(path), reasoning_parser=parser_name) for name, (parser_name, _) in ENGINES.items()}
+    # 1 GB of KV cache each: three engines live at once, and the workload needs far less.
+    llms = {name: LLM(str(path), reasoning_parser=parser_name, kv_cache_memory_gb=1.0)
+            for name, (parser_name, _) in ENGINES.items()}
     for llm in llms.values():
         warm_up(llm, requests[0].prompt)
     timings: dict[str, list[tuple[float, int]]] = {name: [] for name in ENGINES}

@@ -145,3 +145,15 @@ def test_auto_needs_a_template_that_knows_the_tags():
     plain = thinking_tokenizer("qwen3")
     plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     assert auto_parser_name(plain) == "none"
+
+
+def test_an_earlier_turns_reasoning_in_the_prompt_does_not_end_this_ones(qwen3):
+    """Qwen3's template keeps the reasoning of the turns since the last user message (tool calls): its
+    </think> is followed by the rest of the conversation, and the new turn's opening is still the model's."""
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}
+    conversation = [*USER, {"role": "assistant", "content": "", "reasoning_content": "I should add.",
+                            "tool_calls": [call]},
+                    {"role": "tool", "content": "4"}]
+    text = qwen3.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    assert "</think>" in text
+    assert Qwen3Parser(qwen3).start(ids(qwen3, text)) is Phase.PREAMBLE

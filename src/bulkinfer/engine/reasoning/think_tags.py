@@ -4,8 +4,9 @@ copied them.
 The two families differ in one thing: what the model is writing when nothing has opened the block yet.
 DeepSeek-R1 is trained to reason first, so its output is reasoning until ``</think>`` even when its template
 did not write ``<think>``. Qwen3 opens the block itself when thinking is on, so an output that does not start
-with ``<think>`` is an answer. Either template may open the block in the prompt (R1's does), or write an
-empty one (Qwen3's with ``enable_thinking=false``): the prompt's last marker decides.
+with ``<think>`` is an answer. Either template may open the block in the prompt (R1's does), or end it with an
+empty one (Qwen3's with ``enable_thinking=false``): the prompt's last marker decides, unless it closed the
+reasoning of an earlier turn (text follows it).
 
 A marker is matched as a run of token ids: one id where the vocabulary has the tag as a token, several
 where a tokenizer spells it in pieces.
@@ -19,6 +20,7 @@ from typing import Any
 from bulkinfer.engine.reasoning.base import Phase, ReasoningParser, ReasoningSplit
 
 START_TAG, END_TAG = "<think>", "</think>"
+_MOST_SPACE_TOKENS = 4
 
 
 class ThinkTagParser(ReasoningParser):
@@ -33,11 +35,11 @@ class ThinkTagParser(ReasoningParser):
 
     def start(self, prompt_ids: list[int]) -> Phase:
         opened, closed = _last_at(prompt_ids, self.start_ids), _last_at(prompt_ids, self.end_ids)
-        if closed > opened:  # an empty block written by the template: thinking is off
-            return Phase.ANSWER
-        if opened >= 0 or self.thinks_unopened:
+        if opened > closed:  # the template opened the block
             return Phase.REASONING
-        return Phase.PREAMBLE
+        if closed >= 0 and self._only_space(prompt_ids[closed + len(self.end_ids):]):
+            return Phase.ANSWER  # the template closed it at the end: thinking is off
+        return Phase.REASONING if self.thinks_unopened else Phase.PREAMBLE
 
     def advance(self, phase: Phase, output_ids: Sequence[int]) -> Phase:
         if phase is Phase.REASONING:
@@ -48,6 +50,10 @@ class ThinkTagParser(ReasoningParser):
                 return Phase.ANSWER  # the model answered at once
             return Phase.REASONING if written == len(self.start_ids) else Phase.PREAMBLE
         return Phase.ANSWER
+
+    def _only_space(self, ids: list[int]) -> bool:
+        # A template writes at most a blank line or two after the tag; more is an earlier turn's answer.
+        return len(ids) <= _MOST_SPACE_TOKENS and not self.tokenizer.decode(ids).strip()
 
     def end_of_reasoning_ids(self) -> list[int]:
         return list(self.end_ids)
