@@ -111,7 +111,7 @@ ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.
-_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size")
+_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size", "tokenizer")
 
 
 @functools.lru_cache(maxsize=1)
@@ -209,6 +209,8 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
       dtype: "float32" | "bfloat16" | "float16", the saved weights' dtype (default "float32")
       eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
       vocab_size: int, embedding rows (default: the tokenizer's size rounded up to a multiple of 8)
+      tokenizer: a family of thinking_tokenizers.FAMILIES ("qwen3", "deepseek_r1"): its special tokens and
+        chat template on the shared vocabulary (default: the shared test tokenizer)
     """
     builders = {**ARCHS, **ZOO}
     if arch not in builders:
@@ -217,7 +219,7 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
     config_class, arch_settings = builders[arch]
     settings = {**SIZES, **arch_settings, **overrides}
     own = {key: settings.pop(key, None) for key in _OWN_OPTIONS}
-    tokenizer = build_tokenizer()
+    tokenizer = _family_tokenizer(own["tokenizer"]) if own["tokenizer"] else build_tokenizer()
     vocab_size = own["vocab_size"] or padded_vocab_size(len(tokenizer))
     config = config_class(**settings, **_token_ids(tokenizer), vocab_size=vocab_size)
     model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32")
@@ -225,6 +227,12 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
     model.save_pretrained(path, max_shard_size="200KB" if own["sharded"] else "50GB")
     tokenizer.save_pretrained(path)
     return path
+
+
+def _family_tokenizer(family: str) -> PreTrainedTokenizerFast:
+    from thinking_tokenizers import thinking_tokenizer  # it builds on this module's trained vocabulary
+
+    return thinking_tokenizer(family)
 
 
 def _token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:

@@ -57,6 +57,9 @@ class SamplingParams:
                                          "at most the model's vocabulary size (default: off).")
     prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
                                                 "alternatives, at most the vocabulary size (default: off).")
+    thinking_budget: int | None = setting(None, "Most reasoning tokens per sample of a thinking model: then the "
+                                                "engine closes the reasoning and the answer follows; max_tokens "
+                                                "still caps both (default: no limit; needs a reasoning parser).")
     skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
     # Structured outputs (at most one): the output is made to match.
     json: str | dict | None = setting(None, "JSON Schema the output must validate against: a file, or the schema "
@@ -134,7 +137,7 @@ class SamplingParams:
             problems.append(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
         if not -2 <= self.frequency_penalty <= 2:
             problems.append(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
-        for name in ("logprobs", "prompt_logprobs"):
+        for name in ("logprobs", "prompt_logprobs", "thinking_budget"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 problems.append(f"{name} must be >= 0, got {value}")

@@ -16,6 +16,8 @@ class Metrics:
     rows_per_second: float
     prompt_tokens: int  # computed by this run's engine (prefix-cache hits excluded)
     output_tokens: int
+    reasoning_tokens: int  # of finished samples' output tokens, a thinking model's reasoning
+    answer_tokens: int  # and the rest
     prompt_tokens_per_second: float
     output_tokens_per_second: float
     running: int  # sequences in the engine's running batch
@@ -39,6 +41,7 @@ def metrics_of(snapshot: Snapshot) -> Metrics:
         rows_total=snapshot.rows_total, rows_done=snapshot.rows_done, rows_failed=snapshot.rows_failed,
         elapsed=snapshot.elapsed, rows_per_second=rows_per_second,
         prompt_tokens=stats.prompt_tokens, output_tokens=stats.generation_tokens,
+        reasoning_tokens=stats.reasoning_tokens, answer_tokens=stats.answer_tokens,
         prompt_tokens_per_second=stats.prompt_tokens / elapsed,
         output_tokens_per_second=stats.generation_tokens / elapsed,
         running=stats.num_running, waiting=stats.num_waiting,

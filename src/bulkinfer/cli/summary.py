@@ -28,6 +28,8 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "rows_this_run": outcome.rows_done - outcome.rows_at_start,
         "prompt_tokens": m.prompt_tokens,
         "output_tokens": m.output_tokens,
+        "reasoning_tokens": m.reasoning_tokens,
+        "answer_tokens": m.answer_tokens,
         "wall_seconds": round(wall_seconds, 3),  # the whole command, model loading included
         "engine_seconds": round(m.elapsed, 3),
         "rows_per_second": round(m.rows_per_second, 3),
@@ -67,6 +69,8 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_row("model code", stats["model_impl"])
     table.add_row("errors", f"{stats['rows_failed']:,}")
     table.add_row("tokens", f"{stats['prompt_tokens']:,} prompt, {stats['output_tokens']:,} output")
+    if stats.get("reasoning_tokens"):
+        table.add_row("output", f"{stats['reasoning_tokens']:,} reasoning, {stats['answer_tokens']:,} answer")
     table.add_row("wall time", f"{stats['wall_seconds']:,.1f} s ({stats['engine_seconds']:,.1f} s generating)")
     table.add_row("throughput", f"{stats['output_tokens_per_second']:,.1f} output tok/s, "
                                 f"{stats['prompt_tokens_per_second']:,.1f} prompt tok/s")

@@ -16,6 +16,8 @@ from bulkinfer.settings import check_choices, check_finite, check_seed, setting
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 MODEL_IMPLS = ("auto", "native", "transformers")
+# gpt_oss: harmony's analysis channel; the others are engine/reasoning/'s parsers.
+REASONING_PARSERS = ("auto", "deepseek_r1", "qwen3", "gpt_oss", "none")
 # A step's token budget when max_num_batched_tokens is not given: GPUs want wide steps, the CPU short ones.
 BATCHED_TOKENS = {"cuda": 8192, "cpu": 2048}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -50,6 +52,10 @@ class EngineConfig:
                                       "transformers (any causal LM transformers can build, on bulkinfer's paged "
                                       "attention) or auto (native where it exists, else transformers).",
                               choices=MODEL_IMPLS, panel="Model")
+    reasoning_parser: str = setting("auto", "How a thinking model's reasoning is told from its answer: deepseek_r1, "
+                                            "qwen3, gpt_oss, none (reasoning stays in the text), or auto (the "
+                                            "family the tokenizer and chat template show, else none). See "
+                                            "docs/reasoning.md.", choices=REASONING_PARSERS, panel="Model")
     kv_cache_memory_gb: float = setting(4.0, "KV-cache size on the CPU, in GB.")
     gpu_memory_utilization: float = setting(0.9, "Share of GPU memory the model and KV cache may use.")
     enforce_eager: bool = setting(False, "Run decode steps without CUDA graphs.")

@@ -1,7 +1,8 @@
 """Output text from token ids, decoded with a few prompt tokens before it so spacing comes out right.
 
 Only requests with stop strings need text while they run; they decode a short window per step
-(the tokens since the last complete character) instead of the whole output.
+(the tokens since the last complete character) instead of the whole output, and only once the answer has
+begun: stop strings apply to a thinking model's answer, not to its reasoning.
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ class Detokenizer:
         self.tokenizer = tokenizer
 
     def full_text(self, seq: Sequence) -> str:
-        start = max(seq.num_prompt_tokens - _CONTEXT_TOKENS, 0)
-        return self._difference(seq, start, seq.num_prompt_tokens, len(seq))
+        return self.text_from(seq, seq.num_prompt_tokens)
+
+    def text_from(self, seq: Sequence, first: int) -> str:
+        """The text of seq.token_ids[first:], decoded after the tokens before it."""
+        return self._difference(seq, max(first - _CONTEXT_TOKENS, 0), first, len(seq))
+
+    def text_of(self, seq: Sequence, token_ids: list[int]) -> str:
+        """The text of ids apart from the sequence (a thinking model's reasoning)."""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=seq.params.skip_special_tokens)
 
     def append_new_text(self, seq: Sequence) -> int:
-        """Extend seq.text with what the latest tokens spell; returns where the new text starts."""
+        """Extend seq.text with what the latest tokens spell; returns where the new text starts. The text is
+        the answer's: a thinking model's reasoning is left out."""
         if seq.read_offset is None:
-            seq.prefix_offset = max(seq.num_prompt_tokens - _CONTEXT_TOKENS, 0)
-            seq.read_offset = seq.num_prompt_tokens
+            seq.prefix_offset = max(seq.answer_start - _CONTEXT_TOKENS, 0)
+            seq.read_offset = seq.answer_start
         new_text = self._difference(seq, seq.prefix_offset, seq.read_offset, len(seq))
         old_length = len(seq.text)
         if new_text and not new_text.endswith("\ufffd"):  # wait until a multi-byte character is whole

@@ -9,7 +9,8 @@ cost (docs/benchmarks.md, "Structured outputs").
 
 Applying a mask adds 0 or -inf to each logit, read from a table indexed by the mask's bytes: one
 gather and one add, several times faster than unpacking bits to a boolean mask and filling with it.
-Unconstrained rows are not touched; a step without constrained rows costs nothing.
+Unconstrained rows are not touched, nor are a thinking model's rows while they reason (the constraint shapes
+the answer); a step without constrained rows costs nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class GrammarMasks:
 
     def start(self, sampled: list[Sequence]) -> PendingMasks | None:
         """Begin the masks of ``sampled`` (the step's sampled sequences, in logit-row order)."""
-        rows = [row for row, seq in enumerate(sampled) if seq.matcher is not None]
+        rows = [row for row, seq in enumerate(sampled) if seq.grammar_active]
         if not rows:
             return None
         if len(rows) > self.bitmask.shape[0]:

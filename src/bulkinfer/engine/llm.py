@@ -19,6 +19,8 @@ from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logit_rules import bad_word_ids
 from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
+from bulkinfer.engine.reasoning.registry import reasoning_parser
+from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.request import Request, StopChecker, params_refusal
 from bulkinfer.engine.resolve import resolve
 from bulkinfer.engine import scoring
@@ -31,7 +33,7 @@ from bulkinfer.engine.step_plan import sampled_rows
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer, tokenizer_path
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
-from bulkinfer.outputs import PositionLogprobs, RequestOutput
+from bulkinfer.outputs import Logprob, PositionLogprobs, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
@@ -57,6 +59,8 @@ class LLM:
         eos_ids = eos_token_ids(path, hf_config, self.tokenizer)
         self.sampler = Sampler(engine_options.seed, self.config.device, eos_ids)
         self.stop_checker = StopChecker(eos_ids, self.detokenizer)
+        parser = reasoning_parser(engine_options.reasoning_parser, self.tokenizer)
+        self.reasoning = None if parser is None else ReasoningTracker(parser)
         self.grammars = GrammarCache(self.tokenizer, model_config.vocab_size, eos_ids)
         self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
         self.requests: dict[Hashable, Request] = {}
@@ -105,12 +109,16 @@ class LLM:
         request = Request(request_id, text, token_ids, params, [])
         prompt_ids = token_ids[:-1] if "scored_ids" in scoring else token_ids
         max_tokens = 0 if "scored_ids" in scoring else params.max_tokens
-        request.error = (params_refusal(params, self.model_config.vocab_size, self.config.options.max_n)
+        request.error = (params_refusal(params, self.model_config.vocab_size, self.config.options.max_n,
+                                        reasons=self.reasoning is not None)
                          or self._refusal(token_ids, len(prompt_ids), max_tokens))
         if request.error:
             self._failed.append(request)
             return
         request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
+        if self.reasoning is not None and not scoring:
+            for seq in request.seqs:
+                self._begin_reasoning(seq)
         banned_spellings = bad_word_ids(self.tokenizer, params.bad_words)  # tokenized once for the n samples
         for seq in request.seqs:
             seq.bad_word_ids = banned_spellings
@@ -125,7 +133,7 @@ class LLM:
     def step(self) -> list[RequestOutput]:
         """Run one batch; return the requests that finished (or were refused) since the last step."""
         self._admit_compiled()
-        finished = [request.output(self.detokenizer) for request in self._failed]
+        finished = [request.output(self.detokenizer, self.reasoning) for request in self._failed]
         self._failed = []
         batch = self.scheduler.schedule()
         if batch:
@@ -316,32 +324,65 @@ class LLM:
         logprob_records = self._sampled_logprobs(output.sample_seqs, sampled)
         done = []
         for row, (seq, token) in enumerate(zip(output.sample_seqs, sampled.token_ids)):
-            seq.append_token(token)
+            constrained = seq.grammar_active  # the token was drawn under the grammar's mask
+            self._append(seq, [token])
             if seq.logprobs is not None:
                 record = logprob_records[row]
                 seq.logprobs.append(record)
                 seq.cumulative_logprob += record[token].logprob
-            if seq.matcher is not None:
+            if constrained:
                 seq.matcher.consume_token(token)
-            if self.stop_checker.check(seq) or (seq.matcher is not None and self._jump_forward(seq)):
+            if self.stop_checker.check(seq) or self._close_over_budget(seq) or self._jump_forward(seq):
                 done.append(seq)
         self._stats.generation_tokens += len(sampled.token_ids)
         self.scheduler.finish(done)
         return self._collect_finished(done)
 
+    def _append(self, seq: Sequence, tokens: list[int]) -> None:
+        for token in tokens:
+            seq.append_token(token)
+            if self.reasoning is not None:
+                self.reasoning.appended(seq)
+
+    def _append_forced(self, seq: Sequence, tokens: list[int]) -> None:
+        """Tokens the engine writes for the model, in one go: the next step computes them as one chunk. A
+        forced token's logprob is 0, with no alternatives: the engine chose it with certainty."""
+        self._append(seq, tokens)
+        if seq.logprobs is not None:
+            seq.logprobs.extend({token: Logprob(0.0, 1, self.tokenizer.decode([token]))} for token in tokens)
+        self._stats.generation_tokens += len(tokens)
+
+    def _begin_reasoning(self, seq: Sequence) -> None:
+        """The sequence's first phase, and what is forced before its first token: the opening of a constrained
+        row's reasoning, the close of a budget of 0. One token is always left for the model to write."""
+        room = seq.params.max_tokens - 1
+        opening = self.reasoning.begin(seq)[:room]
+        self._append_forced(seq, opening)
+        self._append_forced(seq, self.reasoning.over_budget(seq)[:room - len(opening)])
+
+    def _close_over_budget(self, seq: Sequence) -> bool:
+        """Once the sequence has written its thinking budget, force the end of its reasoning; returns whether
+        the sequence is now done."""
+        if self.reasoning is None:
+            return False
+        forced = self.reasoning.over_budget(seq)[:seq.params.max_tokens - seq.num_output_tokens]
+        if not forced:
+            return False
+        self._append_forced(seq, forced)
+        return self.stop_checker.check(seq)
+
     def _jump_forward(self, seq: Sequence) -> bool:
         """Append the tokens the grammar forces next, all at once: the next step computes them as one
         chunk instead of one forward pass each. Not for sequences that record logprobs (forced tokens
         have none). Returns whether the sequence is now done."""
-        if seq.logprobs is not None:
+        if not seq.grammar_active or seq.logprobs is not None:
             return False
         room = seq.params.max_tokens - seq.num_output_tokens
         forced = seq.matcher.compute_ff_tokens()[:room]
         if not forced:
             return False
         seq.matcher.consume_tokens(forced)
-        for token in forced:
-            seq.append_token(token)
+        self._append(seq, forced)
         self._stats.jump_forward_tokens += len(forced)
         self._stats.generation_tokens += len(forced)
         return self.stop_checker.check(seq)
@@ -363,6 +404,8 @@ class LLM:
         for request_id in dict.fromkeys(seq.request_id for seq in seqs):
             request = self.requests[request_id]
             if request.finished:
-                outputs.append(request.output(self.detokenizer))
+                output = request.output(self.detokenizer, self.reasoning)
+                self._stats.count_output(output)
+                outputs.append(output)
                 del self.requests[request_id]
         return outputs

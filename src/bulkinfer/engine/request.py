@@ -7,6 +7,8 @@ from typing import Any
 
 from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.grammar import matcher_error
+from bulkinfer.engine.reasoning.base import Phase
+from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.outputs import CompletionOutput, RequestOutput
 from bulkinfer.sampling_params import SamplingParams
@@ -28,9 +30,9 @@ class Request:
     def finished(self) -> bool:
         return self.error is not None or all(seq.is_finished for seq in self.seqs)
 
-    def output(self, detokenizer: Detokenizer) -> RequestOutput:
+    def output(self, detokenizer: Detokenizer, reasoning: ReasoningTracker | None = None) -> RequestOutput:
         error = self.error or self._grammar_error()
-        completions = [] if error else [_completion(seq, detokenizer) for seq in self.seqs]
+        completions = [] if error else [_completion(seq, detokenizer, reasoning) for seq in self.seqs]
         prompt_logprobs = self.seqs[0].prompt_logprobs if self.seqs and not error else None
         num_cached_tokens = self.seqs[0].num_cached_tokens if self.seqs and not error else None
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, completions,
@@ -41,18 +43,29 @@ class Request:
         return None if failed is None else matcher_error(self.params.constraint, failed.matcher)
 
 
-def _completion(seq: Sequence, detokenizer: Detokenizer) -> CompletionOutput:
-    # Text cut at a stop string was built while running; any other is decoded once, here.
-    text = seq.text if isinstance(seq.stop_reason, str) else detokenizer.full_text(seq)
+def _completion(seq: Sequence, detokenizer: Detokenizer, reasoning: ReasoningTracker | None) -> CompletionOutput:
     cumulative = seq.cumulative_logprob if seq.logprobs is not None else None
-    return CompletionOutput(seq.index, text, seq.output_token_ids, cumulative, seq.logprobs,
-                            seq.finish_reason, seq.stop_reason)
+    output = CompletionOutput(seq.index, "", seq.output_token_ids, cumulative, seq.logprobs, seq.finish_reason,
+                              seq.stop_reason)
+    answer_start = seq.num_prompt_tokens
+    if reasoning is not None and not seq.prefill_only:
+        split = reasoning.split(seq)
+        output.reasoning = detokenizer.text_of(seq, split.reasoning_ids)
+        output.num_reasoning_tokens = len(split.reasoning_ids)
+        answer_start = len(seq) - len(split.answer_ids)
+    # Text cut at a stop string was built while running (the answer's only); any other is decoded once, here.
+    output.text = seq.text if isinstance(seq.stop_reason, str) else detokenizer.text_from(seq, answer_start)
+    return output
 
 
-def params_refusal(params: SamplingParams, vocab_size: int, max_n: int) -> str | None:
-    """Why this model cannot run a request with these settings, which are valid on their own; None if it can."""
+def params_refusal(params: SamplingParams, vocab_size: int, max_n: int, reasons: bool = False) -> str | None:
+    """Why this model cannot run a request with these settings, which are valid on their own; None if it can.
+    ``reasons``: whether the model has a reasoning parser."""
     if params.n > max_n:
         return f"n {params.n} is above max_n ({max_n})"
+    if params.thinking_budget is not None and not reasons:
+        return ("thinking_budget needs a reasoning parser, and this model has none "
+                "(see reasoning_parser in docs/reasoning.md)")
     outside = [token for token in params.logit_bias or {} if token >= vocab_size]
     if outside:
         return f"logit_bias token id {outside[0]} is outside the model's vocabulary (size {vocab_size})"
@@ -73,16 +86,18 @@ class StopChecker:
     def check(self, seq: Sequence) -> bool:
         token, params = seq.token_ids[-1], seq.params
         # First: a failed matcher allows only end-of-sequence, which would otherwise read as a `stop`.
-        if seq.matcher is not None and seq.matcher.is_error():
+        if seq.grammar_active and seq.matcher.is_error():
             return self._finish(seq, GRAMMAR_FAILED, None)
         if token in params.stop_token_ids:
             return self._finish(seq, "stop", token)
         if not params.ignore_eos and token in self.eos_token_ids:
             return self._finish(seq, "stop", None)
         # A stop string counts once min_tokens are out, as in vLLM; the text is still kept up to date.
-        if params.stop and self._hit_stop_string(seq, seq.num_output_tokens > params.min_tokens):
+        # A stop string ends the answer; a thinking model's reasoning is not searched.
+        if (params.stop and seq.phase is Phase.ANSWER
+                and self._hit_stop_string(seq, seq.num_output_tokens > params.min_tokens)):
             return True
-        if seq.matcher is not None and seq.matcher.is_stopped():  # the grammar is complete and allows nothing more
+        if seq.grammar_active and seq.matcher.is_stopped():  # the grammar is complete and allows nothing more
             return self._finish(seq, "stop", None)
         if seq.num_output_tokens >= params.max_tokens:
             return self._finish(seq, "length", None)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from collections.abc import Sequence as SequenceOf
+from typing import Any, overload
 
 import torch
 
+from bulkinfer.engine.reasoning.base import Phase
 from bulkinfer.outputs import PositionLogprobs
 from bulkinfer.sampling_params import SamplingParams
 
@@ -50,6 +52,11 @@ class Sequence:
         self.prefill_only = scored_ids is not None  # done once the prompt is computed, nothing sampled
         self.bad_word_ids: list[list[int]] = []  # token spellings of params.bad_words, see engine/logit_rules.py
         self.matcher: Any = None  # the grammar's state (an llguidance matcher) when the output is constrained
+        # What it writes now; a model without a reasoning parser writes only an answer (engine/reasoning/).
+        self.phase = Phase.ANSWER
+        self.reasoning_written = 0  # tokens written while reasoning, which a thinking budget counts
+        self.answer_start = self.num_prompt_tokens  # where the answer's tokens begin, once it has begun
+        self.output_view = OutputIds(self.token_ids, self.num_prompt_tokens)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -57,6 +64,11 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def grammar_active(self) -> bool:
+        """Whether the constraint shapes the next token: a constraint applies from the answer's first token."""
+        return self.matcher is not None and self.phase is Phase.ANSWER
 
     @property
     def num_output_tokens(self) -> int:
@@ -79,3 +91,34 @@ class Sequence:
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
         self.block_table = []
+
+
+class OutputIds(SequenceOf[int]):
+    """A sequence's output ids, read in place: a reasoning parser looks at them after every token, and a copy
+    each time would cost the whole output's length per token."""
+
+    def __init__(self, token_ids: list[int], start: int) -> None:
+        self._token_ids = token_ids
+        self._start = start
+
+    def __len__(self) -> int:
+        return len(self._token_ids) - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return self._token_ids[self._start:][index] if index.step else self._slice(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("output index out of range")
+        return self._token_ids[self._start + index]
+
+    def _slice(self, index: slice) -> list[int]:
+        first, last, _ = index.indices(len(self))
+        return self._token_ids[self._start + first:self._start + max(first, last)]

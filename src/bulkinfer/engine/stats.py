@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bulkinfer.outputs import RequestOutput
+
 
 @dataclass
 class EngineStats:
@@ -17,11 +19,19 @@ class EngineStats:
     preemptions: int = 0
     prefix_cache_queried_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
+    # Of the finished samples' output tokens: a thinking model's reasoning (its markers left out), and the rest.
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
     jump_forward_tokens: int = 0  # output tokens a grammar forced, appended without a forward pass each
     grammar_mask_seconds: float = 0.0  # computing structured outputs' token masks, over every step
     grammar_mask_steps: int = 0  # steps with at least one constrained row
     grammar_mask_rows: int = 0  # constrained rows masked, over every step
     model_impl: str = "native"  # whose code runs the model: "native" (bulkinfer's) or "transformers"
+
+    def count_output(self, output: RequestOutput) -> None:
+        for completion in output.outputs:
+            self.reasoning_tokens += completion.num_reasoning_tokens
+            self.answer_tokens += len(completion.token_ids) - completion.num_reasoning_tokens
 
     @property
     def prefix_cache_hit_rate(self) -> float:

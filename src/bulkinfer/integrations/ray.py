@@ -45,7 +45,7 @@ class LLMProcessor:
         self.config = config
         self.llm = load_llm(self.config)
         self.prepare = GenerateRequests(self.config, copy.deepcopy(self.llm.tokenizer), self.llm.max_model_len)
-        self.results = GenerateResults(self.config)
+        self.results = GenerateResults(self.config, self.llm.reasoning is not None)
         self._next_index = 0  # numbers rows of batches without a row_index column
 
     def __call__(self, batch: pa.Table) -> pa.Table:

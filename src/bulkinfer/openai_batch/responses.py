@@ -29,14 +29,21 @@ def _completion(row: dict[str, Any], created: int, decode: Decode, request_id: s
     completion_tokens = sum(_as_list(row["completion_tokens"]))
     choices = [_chat_choice(i, text, reason, lp) if chat else _text_choice(i, text, reason, lp)
                for i, (text, reason, lp) in enumerate(zip(texts, reasons, logprobs))]
+    if chat and "generated_reasoning" in row:
+        for choice, reasoning in zip(choices, _as_list(row["generated_reasoning"])):
+            # As vLLM writes it: null when the model wrote no reasoning.
+            choice["message"]["reasoning_content"] = reasoning or None
+    usage = {"prompt_tokens": row["prompt_tokens"], "completion_tokens": completion_tokens,
+             "total_tokens": row["prompt_tokens"] + completion_tokens}
+    if "reasoning_tokens" in row:
+        usage["completion_tokens_details"] = {"reasoning_tokens": sum(_as_list(row["reasoning_tokens"]))}
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": row.get("body_model") or "",
         "choices": choices,
-        "usage": {"prompt_tokens": row["prompt_tokens"], "completion_tokens": completion_tokens,
-                  "total_tokens": row["prompt_tokens"] + completion_tokens},
+        "usage": usage,
     }
 
 

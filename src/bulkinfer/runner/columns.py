@@ -15,8 +15,11 @@ TASK_COLUMNS = {
     "choice": ("choice_logprobs", "choice_logprobs_norm", "choice", "choice_norm"),
 }
 
-# generate's columns that a job has only when some row may need them (see JobConfig.wants).
-OPTIONAL_COLUMNS = ("generated_json", "logprobs", "prompt_logprobs")
+# generate's columns that a job has only when some row may need them (see JobConfig.wants), and a thinking
+# model's, which a job has when its model has a reasoning parser (the same on every run of the job: the model's
+# files and reasoning_parser are part of its fingerprint).
+REASONING_COLUMNS = ("generated_reasoning", "reasoning_tokens")
+OPTIONAL_COLUMNS = (*REASONING_COLUMNS, "generated_json", "logprobs", "prompt_logprobs")
 
 
 # Result columns whose Arrow type is the same in every job: declared, so that a column with no value in
@@ -37,7 +40,8 @@ FIXED_TYPES: dict[str, pa.DataType] = {
 }
 # generate's columns of one value per sample: a list of these when a row may have n > 1.
 _SAMPLE_TYPES = {"generated_text": pa.string(), "finish_reason": pa.string(), "completion_tokens": pa.int64(),
-                 "generated_json": pa.string(), "logprobs": _POSITIONS}
+                 "generated_reasoning": pa.string(), "reasoning_tokens": pa.int64(), "generated_json": pa.string(),
+                 "logprobs": _POSITIONS}
 
 
 def result_types(task: str, list_outputs: bool) -> dict[str, pa.DataType]:
@@ -50,7 +54,9 @@ def result_types(task: str, list_outputs: bool) -> dict[str, pa.DataType]:
 def result_columns(task: str) -> tuple[str, ...]:
     """The columns the task adds after the input columns of every output row, in this order."""
     if task == "generate":
-        return (*TASK_COLUMNS[task], "prompt_tokens", "completion_tokens", "error", *OPTIONAL_COLUMNS)
+        # The reasoning beside the answer, its token count beside the output's.
+        return ("generated_text", "generated_reasoning", "finish_reason", "prompt_tokens", "completion_tokens",
+                "reasoning_tokens", "error", "generated_json", "logprobs", "prompt_logprobs")
     return (*TASK_COLUMNS[task], "prompt_tokens", "error")
 
 

@@ -94,6 +94,7 @@ class LocalExecutor:
     def check(self, config: JobConfig) -> None:
         """The engine's options against the model and this machine (a device that is not here, a length
         past the model's), so that a mistake there is refused before job.json is written."""
+        from bulkinfer.engine.reasoning.registry import has_reasoning_parser
         from bulkinfer.engine.request import params_refusal
         from bulkinfer.engine.resolve import resolve  # torch: only a run that computes pays for it
         from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
@@ -109,7 +110,9 @@ class LocalExecutor:
         except (ValueError, KeyError) as exc:  # an architecture we cannot run, a bad option for this model
             raise UsageError(f"cannot load {config.model}: {exc}") from None
         # The job's own sampling settings would make every row an error row: refuse the job instead.
-        refusal = params_refusal(config.sampling, model_config.vocab_size, config.engine.max_n)
+        # Whether the model reasons matters only to a thinking budget; the tokenizer loads only then.
+        reasons = config.sampling.thinking_budget is not None and has_reasoning_parser(path, config.engine)
+        refusal = params_refusal(config.sampling, model_config.vocab_size, config.engine.max_n, reasons)
         if refusal:
             raise UsageError(f"{refusal}: the job's setting would fail every row")
 
@@ -119,7 +122,7 @@ class LocalExecutor:
             if stop_requested():  # loading can take minutes; a Ctrl-C meanwhile should not start the work
                 return
             # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
-            task = make_task(config, copy.deepcopy(llm.tokenizer), llm.max_model_len)
+            task = make_task(config, copy.deepcopy(llm.tokenizer), llm.max_model_len, llm.reasoning is not None)
             rows = read_rows(job.files, job.done, config.window_rows, job.rows, config.task)
             prepared = Prefetcher(windows(rows, config.window_rows), task.prepare)
             loop = JobLoop(llm, prepared, job.committer(config), task.results, config.in_flight_target,

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from bulkinfer.engine.scoring import Loglikelihood, loglikelihood_of
 from bulkinfer.outputs import PositionLogprobs, RequestOutput
-from bulkinfer.runner.columns import OPTIONAL_COLUMNS, ROW_INDEX, TASK_COLUMNS, result_columns
+from bulkinfer.runner.columns import OPTIONAL_COLUMNS, REASONING_COLUMNS, ROW_INDEX, TASK_COLUMNS, result_columns
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import Work
@@ -29,13 +29,15 @@ class ResultRows(Protocol):
 
 
 class GenerateResults:
-    """generate: generated_text, finish_reason, completion_tokens (lists when n > 1), logprobs if asked."""
+    """generate: generated_text, finish_reason, completion_tokens (lists when n > 1), logprobs if asked; with a
+    reasoning parser (``reasons``), the reasoning and its token count apart from the answer in generated_text."""
 
-    def __init__(self, config: JobConfig) -> None:
+    def __init__(self, config: JobConfig, reasons: bool = False) -> None:
         # With n > 1 possible, generation columns hold lists, one entry per sample, on every row.
         self.list_outputs = config.list_outputs
         self.optional = [name for name in ("logprobs", "prompt_logprobs") if config.wants(name)]
         self.optional += ["generated_json"] if config.json_outputs else []
+        self.optional += list(REASONING_COLUMNS) if reasons else []
 
     def collect(self, work: Work, output: RequestOutput) -> Row:
         row = work.row
@@ -44,6 +46,8 @@ class GenerateResults:
         completions = sorted(output.outputs, key=lambda c: c.index)
         columns = {
             "generated_text": [c.text for c in completions],
+            "generated_reasoning": [c.reasoning for c in completions],
+            "reasoning_tokens": [c.num_reasoning_tokens for c in completions],
             "finish_reason": [c.finish_reason for c in completions],
             "completion_tokens": [len(c.token_ids) for c in completions],
             "logprobs": [_positions(c.token_ids, c.logprobs) for c in completions],

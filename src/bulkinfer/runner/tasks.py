@@ -16,8 +16,9 @@ class Task:
     results: ResultRows
 
 
-def make_task(config: JobConfig, tokenizer: Any, max_model_len: int) -> Task:
-    """generate, or score and choice (prefill-only requests that score continuations)."""
+def make_task(config: JobConfig, tokenizer: Any, max_model_len: int, reasons: bool = False) -> Task:
+    """generate, or score and choice (prefill-only requests that score continuations). ``reasons``: whether the
+    model has a reasoning parser."""
     if config.task == "generate":
-        return Task(GenerateRequests(config, tokenizer, max_model_len), GenerateResults(config))
+        return Task(GenerateRequests(config, tokenizer, max_model_len), GenerateResults(config, reasons))
     return Task(ScoreRequests(config, tokenizer, max_model_len), ScoreResults(config))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -44,13 +45,18 @@ class ReasoningParser(ABC):
         """The phase at the first output token (a template may open the reasoning in the prompt)."""
 
     @abstractmethod
-    def advance(self, phase: Phase, output_ids: list[int]) -> Phase:
+    def advance(self, phase: Phase, output_ids: Sequence[int]) -> Phase:
         """The phase after output_ids[-1] was appended; it may look back at earlier ids for a marker split
-        across tokens."""
+        across tokens. ``output_ids`` is a read-only view (len, indexing and slicing), not a copy."""
 
     @abstractmethod
     def end_of_reasoning_ids(self) -> list[int]:
         """The ids a thinking budget forces to close the reasoning and open the answer."""
+
+    def opening_ids(self) -> list[int]:
+        """The ids that open the reasoning. A constrained row that starts in PREAMBLE gets them forced, so that
+        it reasons before the answer its constraint shapes; [] leaves the opening to the model."""
+        return []
 
     @abstractmethod
     def split(self, prompt_ids: list[int], output_ids: list[int]) -> ReasoningSplit:

@@ -41,6 +41,8 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
         **({name: getattr(config, name) for name in TASK_FIELDS} if config.task != "generate" else {}),
         # Only when on, for the same reason: a batch-invariant job must not resume without it.
         **({"deterministic": True} if config.engine.deterministic else {}),
+        # Only when not auto, for the same reason: it decides what generated_text holds.
+        **({"reasoning_parser": config.engine.reasoning_parser} if config.engine.reasoning_parser != "auto" else {}),
     }
 
 
