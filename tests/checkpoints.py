@@ -199,7 +199,8 @@ def padded_vocab_size(tokenizer_size: int) -> int:
     return (tokenizer_size + 7) // 8 * 8
 
 
-def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
+def make_checkpoint(path: str | Path, arch: str, tokenizer: PreTrainedTokenizerFast | None = None,
+                    **overrides: Any) -> Path:
     """Write a tiny random checkpoint of `arch` (a key of ARCHS or zoo.ZOO) into `path` and return it.
 
     Overrides go to the config class (e.g. num_key_value_heads=1, tie_word_embeddings=False),
@@ -209,6 +210,8 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
       dtype: "float32" | "bfloat16" | "float16", the saved weights' dtype (default "float32")
       eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
       vocab_size: int, embedding rows (default: the tokenizer's size rounded up to a multiple of 8)
+    `tokenizer`: the checkpoint's tokenizer, when it is not build_tokenizer()'s (one with a family's special
+    tokens and chat template, say).
     """
     builders = {**ARCHS, **ZOO}
     if arch not in builders:
@@ -217,7 +220,7 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
     config_class, arch_settings = builders[arch]
     settings = {**SIZES, **arch_settings, **overrides}
     own = {key: settings.pop(key, None) for key in _OWN_OPTIONS}
-    tokenizer = build_tokenizer()
+    tokenizer = tokenizer or build_tokenizer()
     vocab_size = own["vocab_size"] or padded_vocab_size(len(tokenizer))
     config = config_class(**settings, **_token_ids(tokenizer), vocab_size=vocab_size)
     model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32")
