@@ -49,10 +49,11 @@ def test_hermes_without_calls_is_all_content():
     assert (parsed.content, parsed.tool_calls) == ("It is sunny in Paris.", [])
 
 
-@pytest.mark.parametrize("written", [
-    '{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}; {"name": "get_time", "parameters": {"zone": "CET"}}',
-    '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}};{"name": "get_time", "parameters": {"zone": "CET"}}',
-])
+LLAMA_WEATHER = '{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}'
+LLAMA_TIME = '{"name": "get_time", "parameters": {"zone": "CET"}}'
+
+
+@pytest.mark.parametrize("written", [f"{LLAMA_WEATHER}; {LLAMA_TIME}", f"<|python_tag|>{LLAMA_WEATHER};{LLAMA_TIME}"])
 def test_llama3_json_reads_calls_with_or_without_the_python_tag(written):
     parsed = parse("llama3_json", written)
     assert calls_of(parsed) == EXPECTED

@@ -16,7 +16,7 @@ TASK_COLUMNS = {
 }
 
 # generate's columns that a job has only when some row may need them (see JobConfig.wants).
-OPTIONAL_COLUMNS = ("generated_json", "logprobs", "prompt_logprobs")
+OPTIONAL_COLUMNS = ("generated_json", "tool_calls", "logprobs", "prompt_logprobs")
 
 
 # Result columns whose Arrow type is the same in every job: declared, so that a column with no value in
@@ -35,9 +35,11 @@ FIXED_TYPES: dict[str, pa.DataType] = {
     "choice": pa.int64(),
     "choice_norm": pa.int64(),
 }
+# A sample's tool calls, in OpenAI's order of fields; arguments is the JSON text the model wrote.
+_TOOL_CALLS = pa.list_(pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())]))
 # generate's columns of one value per sample: a list of these when a row may have n > 1.
 _SAMPLE_TYPES = {"generated_text": pa.string(), "finish_reason": pa.string(), "completion_tokens": pa.int64(),
-                 "generated_json": pa.string(), "logprobs": _POSITIONS}
+                 "generated_json": pa.string(), "tool_calls": _TOOL_CALLS, "logprobs": _POSITIONS}
 
 
 def result_types(task: str, list_outputs: bool) -> dict[str, pa.DataType]:
