@@ -80,6 +80,9 @@ def test_a_job_file_takes_chat_template_kwargs_as_a_table(capsys, tmp_path: Path
     code, _, err = invoke(capsys, "run", job)
     assert code == 0, err
     assert all(row["prompt_tokens"] > 20 for row in exported(capsys, tmp_path / "out"))  # the think block counts
+    # Other template variables make other prompts: another job, which the output directory refuses.
+    code, _, err = invoke(capsys, "run", job, "--chat-template-kwargs", '{"enable_thinking": true}')
+    assert "chat_template_kwargs {'enable_thinking': False} -> {'enable_thinking': True}" in one_line_error(code, err)
 
 
 @pytest.mark.parametrize("value, message", [
