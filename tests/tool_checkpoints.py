@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenizers import AddedToken
+from transformers import PreTrainedTokenizerFast
 
 from checkpoints import build_tokenizer, make_checkpoint
 
@@ -24,7 +25,7 @@ FAMILIES = {
 }
 
 
-def tool_tokenizer(family: str):
+def tool_tokenizer(family: str) -> PreTrainedTokenizerFast:
     template, tokens = FAMILIES[family]
     tokenizer = build_tokenizer()
     tokenizer.add_tokens([AddedToken(text, special=special, normalized=False) for text, special in tokens])

@@ -10,6 +10,7 @@ from bulkinfer.engine.tools.wire import (
     as_call,
     calls_schema,
     content_of,
+    lark_calls,
     lark_json,
     lark_literal,
     read_json,
@@ -29,8 +30,9 @@ class HermesToolCallParser(ToolCallParser):
         while (start := text.find(OPEN, at)) >= 0:
             content.append(text[at:start])
             end = text.find(CLOSE, start)
-            block_end = len(text) if end < 0 else end + len(CLOSE)  # a call cut by max_tokens has no end tag
-            call = _call_in(text[start + len(OPEN):block_end - (len(CLOSE) if end >= 0 else 0)])
+            # A call cut by max_tokens has no end tag: its block runs to the end.
+            inner_end, block_end = (len(text), len(text)) if end < 0 else (end, end + len(CLOSE))
+            call = _call_in(text[start + len(OPEN):inner_end])
             if call is None:
                 content.append(text[start:block_end])  # kept as the model wrote it
             else:
@@ -40,9 +42,9 @@ class HermesToolCallParser(ToolCallParser):
         return ParsedAnswer(content_of(*content), calls)
 
     def forced_calls_grammar(self, functions: list[dict[str, Any]], at_most_one: bool) -> str:
-        call = f'{lark_literal(self.tokenizer, OPEN)} "\\n" {lark_json(calls_schema(functions, "arguments"))} ' \
-               f'"\\n" {lark_literal(self.tokenizer, CLOSE)}'
-        return f"start: call\ncall: {call}\n" if at_most_one else f'start: call ("\\n" call)*\ncall: {call}\n'
+        call = (f'{lark_literal(self.tokenizer, OPEN)} "\\n" {lark_json(calls_schema(functions, "arguments"))} '
+                f'"\\n" {lark_literal(self.tokenizer, CLOSE)}')
+        return lark_calls(call, "\n", at_most_one)
 
 
 def _call_in(block: str) -> ToolCall | None:

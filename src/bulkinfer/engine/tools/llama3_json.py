@@ -10,6 +10,7 @@ from bulkinfer.engine.tools.wire import (
     as_call,
     calls_schema,
     content_of,
+    lark_calls,
     lark_json,
     read_json,
     text_with_markers,
@@ -32,8 +33,7 @@ class Llama3JsonToolCallParser(ToolCallParser):
         return ParsedAnswer(content_of(before) if tag else None, calls)
 
     def forced_calls_grammar(self, functions: list[dict[str, Any]], at_most_one: bool) -> str:
-        call = lark_json(calls_schema(functions, "parameters"))
-        return f"start: call\ncall: {call}\n" if at_most_one else f'start: call ("; " call)*\ncall: {call}\n'
+        return lark_calls(lark_json(calls_schema(functions, "parameters")), "; ", at_most_one)
 
 
 def _calls_in(text: str) -> list[ToolCall]:

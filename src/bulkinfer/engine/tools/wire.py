@@ -90,3 +90,9 @@ def calls_schema(functions: list[dict[str, Any]], arguments_key: str) -> dict[st
 
 def lark_json(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps(schema)
+
+
+def lark_calls(call: str, separator: str, at_most_one: bool) -> str:
+    """A Lark grammar of exactly one `call` (a rule's body), or of one or more separated by `separator`."""
+    more = "" if at_most_one else f" ({json.dumps(separator)} call)*"
+    return f"start: call{more}\ncall: {call}\n"
