@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from checkpoints import build_tokenizer, make_checkpoint
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerFast
-
-from checkpoints import build_tokenizer, make_checkpoint
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 # family: (template file, its tokens as the family's tokenizer adds them: (text, special)).

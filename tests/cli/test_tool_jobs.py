@@ -10,12 +10,12 @@ from pathlib import Path
 import jsonschema
 import pyarrow.parquet as pq
 import pytest
+from checkpoints import build_tokenizer
 from cli_helpers import DEMO_MODEL, exported, invoke, one_line_error
 from openai.types.chat import ChatCompletion
+from tool_checkpoints import make_tool_checkpoint
 
 from bulkinfer.openai_batch.convert import convert_batch_file
-from checkpoints import build_tokenizer
-from tool_checkpoints import make_tool_checkpoint
 
 TOOLS = [
     {"type": "function", "function": {

@@ -8,10 +8,10 @@ import json
 
 import jsonschema
 import pytest
+from tool_checkpoints import FAMILIES, make_tool_checkpoint
 
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.engine.chat_template import ChatTemplate
-from tool_checkpoints import FAMILIES, make_tool_checkpoint
 
 TOOLS = [
     {"type": "function", "function": {

@@ -9,11 +9,11 @@ import json
 import re
 
 import pytest
+from checkpoints import build_tokenizer
+from tool_checkpoints import FAMILIES, tool_tokenizer
 
 from bulkinfer.engine.tools.calls import call_id
 from bulkinfer.engine.tools.registry import auto_parser_name, tool_call_parser
-from checkpoints import build_tokenizer
-from tool_checkpoints import FAMILIES, tool_tokenizer
 
 
 def parse(family: str, written: str):
