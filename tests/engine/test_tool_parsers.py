@@ -44,6 +44,15 @@ def test_hermes_keeps_a_malformed_call_as_content_and_reads_the_good_one():
     assert parsed.content == broken
 
 
+def test_a_marker_in_the_text_is_read_from_the_text_which_the_ids_may_outrun():
+    """A reasoning model's answer ids may begin with its end-of-thinking marker, which its text leaves out."""
+    tokenizer = tool_tokenizer("hermes")
+    written = f"<tool_call>\n{TIME}\n</tool_call>"
+    ids = tokenizer.encode(f"</think>\n\n{written}", add_special_tokens=False)
+    parsed = tool_call_parser("hermes", tokenizer).parse(written, ids)
+    assert (parsed.content, calls_of(parsed)) == (None, EXPECTED[1:])
+
+
 def test_hermes_without_calls_is_all_content():
     parsed = parse("hermes", "It is sunny in Paris.")
     assert (parsed.content, parsed.tool_calls) == ("It is sunny in Paris.", [])

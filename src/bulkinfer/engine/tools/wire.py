@@ -25,11 +25,13 @@ def marker_id(tokenizer: Any, marker: str) -> int | None:
 
 
 def text_with_markers(tokenizer: Any, answer_text: str, answer_ids: list[int], markers: list[str]) -> str:
-    """The answer's text with the markers written in: `answer_text` when no marker token is among the ids
-    (a marker spelled in plain tokens is in the text already), else the ids decoded piece by piece around
-    each marker token, other special tokens (end of turn) left out as the engine's text leaves them."""
+    """The answer's text with the markers written in: `answer_text` itself when a marker is in it (a marker
+    that is no special token, or one spelled in plain tokens), else the ids decoded piece by piece around
+    each marker token, other special tokens (end of turn) left out as the engine's text leaves them. The
+    text is preferred because the ids may hold more than the answer: a reasoning model's end-of-thinking
+    marker, or what a stop string cut off."""
     by_id = {token_id: marker for marker in markers if (token_id := marker_id(tokenizer, marker)) is not None}
-    if not any(token in by_id for token in answer_ids):
+    if any(marker in answer_text for marker in markers) or not any(token in by_id for token in answer_ids):
         return answer_text
     pieces, run = [], []
     for token in answer_ids:
