@@ -44,8 +44,8 @@ def test_every_path_setting_expands_from_flags_and_job_files(home: Path, tmp_pat
 
 
 def test_the_path_settings_of_run(home: Path) -> None:
-    assert {s.name for s in run_settings() if s.is_path} == {"model", "tokenizer", "input", "output", "json_schema", "chat_template",
-                                                                 "tools"}
+    paths = {"model", "tokenizer", "input", "output", "json_schema", "chat_template", "tools"}
+    assert {s.name for s in run_settings() if s.is_path} == paths
 
 
 def test_python_callers_get_home_paths_too(home: Path) -> None:
