@@ -102,3 +102,17 @@ def test_a_forced_call_without_a_tool_format_is_that_requests_error(tiny_llama):
 def test_a_forced_call_and_another_constraint_are_refused_together():
     with pytest.raises(ValueError, match="constraint of its own"):
         SamplingParams(tools=TOOLS, tool_choice="required", json={"type": "object"})
+
+
+def test_tool_call_parser_names_the_format_whatever_the_template(tmp_path):
+    path = make_tool_checkpoint(tmp_path / "hermes", "hermes")
+    params = SamplingParams(tool_choice={"type": "function", "function": {"name": "get_time"}}, seed=3, n=2,
+                            max_tokens=80)
+    (output,) = LLM(str(path), max_model_len=2048, tool_call_parser="llama3_json").chat(
+        ASK, params, tools=TOOLS, use_tqdm=False)
+    finished = [sample for sample in output.outputs if sample.finish_reason == "stop"]
+    assert finished and all(sample.tool_calls[0].name == "get_time" for sample in finished)
+    assert all("<tool_call>" not in sample.text for sample in output.outputs)
+    (output,) = LLM(str(path), max_model_len=2048, tool_call_parser="none").chat(
+        ASK, SamplingParams(max_tokens=4), tools=TOOLS, use_tqdm=False)
+    assert output.outputs[0].tool_calls is None
