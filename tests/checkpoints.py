@@ -111,7 +111,7 @@ ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.
-_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size", "tokenizer")
+_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size")
 
 
 @functools.lru_cache(maxsize=1)
@@ -199,7 +199,8 @@ def padded_vocab_size(tokenizer_size: int) -> int:
     return (tokenizer_size + 7) // 8 * 8
 
 
-def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
+def make_checkpoint(path: str | Path, arch: str, tokenizer: str | PreTrainedTokenizerFast | None = None,
+                    **overrides: Any) -> Path:
     """Write a tiny random checkpoint of `arch` (a key of ARCHS or zoo.ZOO) into `path` and return it.
 
     Overrides go to the config class (e.g. num_key_value_heads=1, tie_word_embeddings=False),
@@ -209,8 +210,9 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
       dtype: "float32" | "bfloat16" | "float16", the saved weights' dtype (default "float32")
       eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
       vocab_size: int, embedding rows (default: the tokenizer's size rounded up to a multiple of 8)
-      tokenizer: a family of thinking_tokenizers.FAMILIES ("qwen3", "deepseek_r1"): its special tokens and
-        chat template on the shared vocabulary (default: the shared test tokenizer)
+    `tokenizer`: the checkpoint's tokenizer when it is not build_tokenizer()'s: a tokenizer, or the name of a
+    family of thinking_tokenizers.FAMILIES ("qwen3", "deepseek_r1"), its special tokens and chat template on
+    the shared vocabulary.
     """
     builders = {**ARCHS, **ZOO}
     if arch not in builders:
@@ -219,7 +221,9 @@ def make_checkpoint(path: str | Path, arch: str, **overrides: Any) -> Path:
     config_class, arch_settings = builders[arch]
     settings = {**SIZES, **arch_settings, **overrides}
     own = {key: settings.pop(key, None) for key in _OWN_OPTIONS}
-    tokenizer = _family_tokenizer(own["tokenizer"]) if own["tokenizer"] else build_tokenizer()
+    if isinstance(tokenizer, str):
+        tokenizer = _family_tokenizer(tokenizer)
+    tokenizer = tokenizer or build_tokenizer()
     vocab_size = own["vocab_size"] or padded_vocab_size(len(tokenizer))
     config = config_class(**settings, **_token_ids(tokenizer), vocab_size=vocab_size)
     model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32")

@@ -13,7 +13,8 @@ LAYERS = [
     ("bulkinfer.cli", "bulkinfer", "bulkinfer.__main__"),  # the command line, and the package's public face
     ("bulkinfer.integrations", "bulkinfer.openai_batch", "bulkinfer.bench"),
     ("bulkinfer.runner",),
-    ("bulkinfer.engine", "bulkinfer.sampling_params", "bulkinfer.structured_outputs_params", "bulkinfer.outputs"),
+    ("bulkinfer.engine", "bulkinfer.sampling_params", "bulkinfer.structured_outputs_params", "bulkinfer.tool_params",
+     "bulkinfer.outputs"),
     ("bulkinfer.models",),
     ("bulkinfer.layers",),
     ("bulkinfer.kernels",),
@@ -22,6 +23,7 @@ LAYERS = [
 LEAVES = ("bulkinfer.errors", "bulkinfer.durable", "bulkinfer.settings")
 # Siblings in one layer stay apart, except the engine's API types, which are the engine's own.
 SAME_GROUP = {"bulkinfer.sampling_params": "bulkinfer.engine", "bulkinfer.structured_outputs_params": "bulkinfer.engine",
+              "bulkinfer.tool_params": "bulkinfer.engine",
               "bulkinfer.outputs": "bulkinfer.engine"}
 
 

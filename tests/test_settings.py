@@ -6,6 +6,7 @@ around them."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import typing
@@ -28,7 +29,10 @@ from bulkinfer.settings import Setting, settings_of
 
 REQUIRED = {"model": "m", "input": ["in.jsonl"], "output": "out"}
 # Values the generic rule below would not pass validation with.
-SPECIAL = {"device": "cpu", "max_model_len": 64, "json_schema": "{}", "best_of": 1, "logit_bias": {5: 1.5}}
+SPECIAL = {"device": "cpu", "max_model_len": 64, "json_schema": "{}", "best_of": 1, "logit_bias": {5: 1.5},
+           "tools": '[{"type": "function", "function": {"name": "f"}}]', "tool_choice": "required"}
+# model_args is comma-separated KEY=VALUE text: JSON with commas in it has no spelling there.
+NO_MODEL_ARG = {"tools"}
 
 
 def _sample(setting: Setting) -> Any:
@@ -74,7 +78,7 @@ def _toml(value: Any) -> str:
         return "[" + ", ".join(_toml(item) for item in value) + "]"
     if isinstance(value, dict):
         return "{ " + ", ".join(f'"{key}" = {_toml(item)}' for key, item in value.items()) + " }"
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    return json.dumps(value) if isinstance(value, str) else repr(value)  # a JSON string is a TOML one
 
 
 def _by_name(name: str) -> Setting:
@@ -106,7 +110,7 @@ def test_a_sampling_option_is_reachable_from_every_place(tmp_path: Path, setting
     per_row = JobConfig.from_settings(**REQUIRED, param_columns={setting.name: "col"})
     row = RowSettings(per_row).for_row(7, {"col": value})
     assert getattr(row, setting.field) == expected
-    if setting.is_dict:  # model_args is KEY=VALUE text, with no form for a mapping
+    if setting.is_dict or setting.name in NO_MODEL_ARG:  # model_args is KEY=VALUE text, with no form for these
         return
     model_args = _lm_eval_model_args(f"{setting.name}={','.join(map(str, expected)) if setting.is_list else value}")
     if setting.name != "n":  # a generate_until request returns one text: n other than 1 is refused, see below

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
 from bulkinfer.structured_outputs_params import GuidedDecodingParams, StructuredOutputsParams, constraint_fields
+from bulkinfer.tool_params import check_tool_choice, forced_functions, parsed_tool_choice, parsed_tools
 
 # The structured-output fields, vLLM's names; at most one may be set. See Constraint.
 CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
@@ -70,6 +71,15 @@ class SamplingParams:
     choice: list[str] | None = setting(None, "The output is exactly one of these strings; repeatable.",
                                        name="choices")
     grammar: str | None = setting(None, "Lark grammar (llguidance's dialect) or GBNF the output must match.")
+    # Tools (OpenAI's): rendered into chat prompts by the chat template, and the calls read out of the output.
+    tools: str | list | None = setting(None, "OpenAI tool definitions ([{\"type\": \"function\", \"function\": "
+                                             "{name, description, parameters}}]) for the chat template, whose calls "
+                                             "are parsed out of the output: a JSON file, or the list as JSON text; "
+                                             "per row, a list or its JSON text.", path=True)
+    tool_choice: str | dict | None = setting(None, "none, auto, required, or a function the model must call as "
+                                                   "JSON ({\"type\": \"function\", \"function\": {\"name\": "
+                                                   "...}}); required and a named function are enforced by a grammar "
+                                                   "(default: auto).")
     # vLLM's wrappers of the five fields above, for Python callers only: init arguments, not fields, so they
     # are no settings; what they ask for is set on the fields above (read those; these read back as None,
     # which keeps dataclasses.replace from applying them twice).
@@ -89,6 +99,13 @@ class SamplingParams:
         check_seed("seed", self.seed)
         self._validate()
         self._validate_constraint()
+        self.tool_choice = parsed_tool_choice(self.tool_choice)
+        if self.tools is not None:  # else they may come with the conversation (LLM.chat's tools)
+            check_tool_choice(self.tool_definitions, self.tool_choice)
+        if self.tools is not None and self.forced_tools is not None and self.constraint is not None:
+            given = ", ".join(name for name in CONSTRAINTS if getattr(self, name) not in (None, False))
+            raise ValueError(f"tool_choice required or a named function is a constraint of its own: give it "
+                             f"without {given}")
 
     def _unwrap_constraint(self, structured_outputs: StructuredOutputsParams | None,
                            guided_decoding: GuidedDecodingParams | None) -> None:
@@ -168,6 +185,16 @@ class SamplingParams:
         if self.grammar is not None:
             return Constraint("grammar", self.grammar)
         return None
+
+    @property
+    def tool_definitions(self) -> list[dict] | None:
+        """The tools as a list (they may be given as its JSON text), checked; None for none."""
+        return parsed_tools(self.tools)
+
+    @property
+    def forced_tools(self) -> list[dict] | None:
+        """The functions one of which must be called (tool_choice required or named), or None."""
+        return forced_functions(self.tool_definitions, self.tool_choice)
 
     @property
     def greedy(self) -> bool:

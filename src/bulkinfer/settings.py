@@ -160,7 +160,7 @@ def coerce(setting: Setting, value: Any) -> Any:
 
 _UNUSABLE = object()
 _WANTED = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
-           list[str]: "a list of strings", list[int]: "a list of integers",
+           list: "a list", list[str]: "a list of strings", list[int]: "a list of integers",
            dict[int, float]: "an object of token ids to numbers"}
 
 
@@ -179,6 +179,8 @@ def _as(kind: Any, value: Any) -> Any:
         return value if isinstance(value, str) else _UNUSABLE
     if kind is dict:  # a JSON object, from a struct column or a JSON line
         return value if isinstance(value, dict) else _UNUSABLE
+    if kind is list:  # a JSON array, as it came
+        return list(value) if isinstance(value, (list, tuple)) else _UNUSABLE
     if typing.get_origin(kind) is dict and isinstance(value, dict):
         return _as_mapping(kind, value)
     if typing.get_origin(kind) is list and isinstance(value, (list, tuple)):

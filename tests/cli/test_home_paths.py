@@ -11,7 +11,7 @@ from cli_helpers import DEMO_MODEL, invoke
 
 from bulkinfer.cli.bench import bench_settings
 from bulkinfer.cli.inspect_input import inspect_settings
-from bulkinfer.cli.jobfile import read_job_file, read_schema_file
+from bulkinfer.cli.jobfile import read_job_file, read_json_files
 from bulkinfer.cli.options import given_options
 from bulkinfer.cli.run import run_settings
 from bulkinfer.runner.config import JobConfig
@@ -44,7 +44,8 @@ def test_every_path_setting_expands_from_flags_and_job_files(home: Path, tmp_pat
 
 
 def test_the_path_settings_of_run(home: Path) -> None:
-    assert {s.name for s in run_settings() if s.is_path} == {"model", "tokenizer", "input", "output", "json_schema", "chat_template"}
+    paths = {"model", "tokenizer", "input", "output", "json_schema", "chat_template", "tools"}
+    assert {s.name for s in run_settings() if s.is_path} == paths
 
 
 def test_python_callers_get_home_paths_too(home: Path) -> None:
@@ -56,7 +57,7 @@ def test_a_schema_file_under_home_is_read_and_inline_json_is_left_alone(home: Pa
     (home / "schema.json").write_text('{"type": "integer"}')
     job = tmp_path / "job.toml"
     job.write_text('json_schema = "~/schema.json"\n')
-    assert read_schema_file(read_job_file(job, run_settings()))["json_schema"] == '{"type": "integer"}'
+    assert read_json_files(read_job_file(job, run_settings()))["json_schema"] == '{"type": "integer"}'
     job.write_text("json_schema = '{\"const\": \"~/x\"}'\n")
     assert read_job_file(job, run_settings())["json_schema"] == '{"const": "~/x"}'
 

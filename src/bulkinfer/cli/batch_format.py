@@ -12,7 +12,8 @@ from bulkinfer.openai_batch.convert import prepare_requests_path
 
 FORMATS = ("rows", "openai-batch")
 # Settings the batch format fills in itself, from the request lines.
-BATCH_OWNED = ("prompt_column", "messages_column", "system_prompt", "chat_template", "param_columns", "input_format")
+BATCH_OWNED = ("prompt_column", "messages_column", "system_prompt", "chat_template", "chat_template_kwargs", "tools",
+               "param_columns", "input_format")
 
 
 def check_format(value: str) -> str:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bulkinfer.cli.histogram import histogram_table, length_bins
+from bulkinfer.cli.jobfile import read_json_files
 from bulkinfer.cli.metrics import duration
 from bulkinfer.cli.options import given_options, option_parameters
 from bulkinfer.cli.run import run_settings
@@ -35,8 +36,8 @@ class Survey:
 
 
 # The job settings that change what inspect counts; with the same flags and help as `run`.
-JOB_SETTINGS = ("prompt_column", "messages_column", "system_prompt", "chat_template", "tokenizer", "revision",
-                "input_format", "max_tokens", "n")
+JOB_SETTINGS = ("prompt_column", "messages_column", "system_prompt", "chat_template", "chat_template_kwargs", "tools",
+                "tokenizer", "revision", "input_format", "max_tokens", "n")
 
 
 @dataclass
@@ -56,7 +57,7 @@ def inspect_settings() -> list[Setting]:
 
 
 def inspect_command(input: list[str], **options: Any) -> int:
-    given = given_options(options, inspect_settings())
+    given = read_json_files(given_options(options, inspect_settings()))
     model, hourly_cost, output_tok_s, show_prompt = (
         given.pop(name, None) for name in ("model", "hourly_cost", "output_tok_s", "show_prompt"))
     if show_prompt is not None and show_prompt < 0:

@@ -41,19 +41,26 @@ def read_job_file(path: Path, settings: list[Setting]) -> dict[str, Any]:
     return expand_paths(settings, {key: _checked(path, by_name[key], value) for key, value in values.items()})
 
 
-def read_schema_file(settings: dict[str, Any]) -> dict[str, Any]:
-    """json_schema given as a file's path (flag or key) becomes the file's text; inline JSON text or a
-    TOML table stays as it is."""
-    value = settings.get("json_schema")
-    if not isinstance(value, str) or value.lstrip().startswith("{"):
-        return settings
-    path = Path(value)
-    if not path.is_file():
-        raise UsageError(f"json_schema: no such file {value} (give a schema file, or the schema as JSON text)")
-    try:
-        return {**settings, "json_schema": path.read_text(encoding="utf-8")}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"json_schema: {value} could not be read ({exc})") from None
+# Settings that take a JSON file or the JSON itself, by the character the JSON text starts with.
+JSON_FILE_SETTINGS = {"json_schema": "{", "tools": "["}
+
+
+def read_json_files(settings: dict[str, Any]) -> dict[str, Any]:
+    """json_schema and tools given as a file's path (flag or key) become the file's text; inline JSON text
+    or a TOML value stays as it is. The text is checked where the setting is (SamplingParams)."""
+    read = {}
+    for name, opener in JSON_FILE_SETTINGS.items():
+        value = settings.get(name)
+        if not isinstance(value, str) or value.lstrip().startswith(opener):
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise UsageError(f"{name}: no such file {value} (give a JSON file, or the JSON text itself)")
+        try:
+            read[name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{name}: {value} could not be read ({exc})") from None
+    return {**settings, **read}
 
 
 def merge_settings(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from bulkinfer.cli.batch_format import FORMATS, batch_job_settings
 from bulkinfer.cli.display import ProgressDisplay
-from bulkinfer.cli.jobfile import merge_settings, read_job_file, read_schema_file
+from bulkinfer.cli.jobfile import merge_settings, read_job_file, read_json_files
 from bulkinfer.cli.options import given_options, option_parameters, take_settings
 from bulkinfer.cli.summary import run_stats, summary_table, write_stats
 from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
@@ -46,7 +46,7 @@ def run_settings() -> list[Setting]:
 
 def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
     from_file = read_job_file(job_file, run_settings()) if job_file else {}
-    settings = read_schema_file(merge_settings(from_file, given_options(options, run_settings())))
+    settings = read_json_files(merge_settings(from_file, given_options(options, run_settings())))
     ran = run_with_settings(settings)
     if ran.outcome.complete:
         export_to = "RESULTS.jsonl" if ran.command.format == "openai-batch" else "RESULTS.parquet"

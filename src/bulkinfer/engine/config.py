@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from bulkinfer.engine.tools.registry import TOOL_CALL_PARSERS
 from bulkinfer.settings import check_choices, check_finite, check_seed, setting
 
 DTYPES = ("auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16")
@@ -64,6 +65,10 @@ class EngineConfig:
     deterministic: bool = setting(False, "Batch-invariant results: a greedy or seeded request's tokens and "
                                          "logprobs are bitwise the same whatever shares its batch and however its "
                                          "prompt is chunked or preempted (slower; see docs/gpu.md).")
+    tool_call_parser: str = setting("auto", "How the model writes tool calls, read out of the output of requests "
+                                            "with tools: hermes (Qwen), llama3_json, mistral, gpt_oss, none, or "
+                                            "auto (the format the chat template writes, else none).",
+                                    choices=TOOL_CALL_PARSERS, panel="Model")
     seed: int = setting(0, "Seed of the sampler's stream for requests without a seed of their own.",
                         name="engine_seed", panel="Sampling")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Hashable, Sequence as SequenceOf
@@ -29,6 +30,7 @@ from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
 from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
+from bulkinfer.engine.tools.calls import ToolCalls
 from bulkinfer.engine.step_plan import sampled_rows
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer, tokenizer_path
 from bulkinfer.models.checkpoint import resolve_model_path
@@ -62,6 +64,7 @@ class LLM:
         parser = reasoning_parser(engine_options.reasoning_parser, self.tokenizer)
         self.reasoning = None if parser is None else ReasoningTracker(parser)
         self.grammars = GrammarCache(self.tokenizer, model_config.vocab_size, eos_ids)
+        self.tool_calls = ToolCalls(engine_options.tool_call_parser, self.tokenizer)
         self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
         self.requests: dict[Hashable, Request] = {}
         self._failed: list[Request] = []  # refused at add time, reported by the next step()
@@ -111,21 +114,21 @@ class LLM:
         max_tokens = 0 if "scored_ids" in scoring else params.max_tokens
         request.error = (params_refusal(params, self.model_config.vocab_size, self.config.options.max_n,
                                         reasons=self.reasoning is not None)
-                         or self._refusal(token_ids, len(prompt_ids), max_tokens))
+                         or self._refusal(token_ids, len(prompt_ids), max_tokens) or self._constrain(request))
         if request.error:
             self._failed.append(request)
             return
         request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
         if self.reasoning is not None and not scoring:
             for seq in request.seqs:
-                self._begin_reasoning(seq)
+                self._begin_reasoning(seq, constrained=request.constraint is not None)
         banned_spellings = bad_word_ids(self.tokenizer, params.bad_words)  # tokenized once for the n samples
         for seq in request.seqs:
             seq.bad_word_ids = banned_spellings
         self.requests[request_id] = request
-        if params.constraint is not None:
+        if request.constraint is not None:
             # Scheduled once its grammar is compiled; until then the engine runs the other requests.
-            self._compiling[request_id] = self.grammars.get(params.constraint)
+            self._compiling[request_id] = self.grammars.get(request.constraint)
             return
         for seq in request.seqs:
             self.scheduler.add(seq)
@@ -133,7 +136,7 @@ class LLM:
     def step(self) -> list[RequestOutput]:
         """Run one batch; return the requests that finished (or were refused) since the last step."""
         self._admit_compiled()
-        finished = [request.output(self.detokenizer, self.reasoning) for request in self._failed]
+        finished = [self._output(request) for request in self._failed]
         self._failed = []
         batch = self.scheduler.schedule()
         if batch:
@@ -190,15 +193,20 @@ class LLM:
              chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
         """vLLM's ``LLM.chat``: one conversation (a list of {role, content} messages) or a list of them, each
         rendered with the model's chat template (or ``chat_template``, a template's text) and generated from
-        as ``generate`` does. A conversation the template cannot render raises ValueError."""
+        as ``generate`` does. ``tools`` (OpenAI tool definitions) are rendered by the template and the calls
+        read into each output's ``tool_calls``, as when the sampling params carry them; ``chat_template_kwargs``
+        are more variables for the template ({"enable_thinking": False}). A conversation the template cannot
+        render raises ValueError."""
+        conversations = conversations_of(messages)
+        params = _with_tools(sampling_params or SamplingParams(), tools, len(conversations))
         template = ChatTemplate(self.tokenizer, chat_template)
-        prompts = render_conversations(template, conversations_of(messages), chat_template_content_format,
+        prompts = render_conversations(template, conversations, chat_template_content_format,
                                        add_generation_prompt=add_generation_prompt,
                                        continue_final_message=continue_final_message, tools=tools,
                                        template_kwargs=chat_template_kwargs)
         # The template writes the special tokens (BOS) itself.
         encoded = [self._encoded(prompt, add_special_tokens=False) for prompt in prompts]
-        return self._run_all(encoded, sampling_params, use_tqdm)
+        return self._run_all(encoded, params, use_tqdm)
 
     def _encoded(self, prompt: Prompt, add_special_tokens: bool = True) -> tuple[str | None, list[int]]:
         if isinstance(prompt, dict):
@@ -262,6 +270,17 @@ class LLM:
             return (f"prompt plus max_tokens needs {needed} KV blocks but the whole pool has "
                     f"{self.block_manager.num_blocks}; raise num_kv_blocks or the memory budget")
         return None
+
+    def _constrain(self, request: Request) -> str | None:
+        """Sets the grammar the request's output must follow; returns why it cannot have one, if it cannot."""
+        try:
+            request.constraint = request.params.constraint or self.tool_calls.constraint(request.params)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _output(self, request: Request) -> RequestOutput:
+        return self.tool_calls.read(request.output(self.detokenizer, self.reasoning), request.params)
 
     def _admit_compiled(self) -> None:
         """Schedule the constrained requests whose grammar is ready, or fail those it was refused for.
@@ -352,11 +371,11 @@ class LLM:
             seq.logprobs.extend({token: Logprob(0.0, 1, self.tokenizer.decode([token]))} for token in tokens)
         self._stats.generation_tokens += len(tokens)
 
-    def _begin_reasoning(self, seq: Sequence) -> None:
+    def _begin_reasoning(self, seq: Sequence, constrained: bool) -> None:
         """The sequence's first phase, and what is forced before its first token: the opening of a constrained
         row's reasoning, the close of a budget of 0. One token is always left for the model to write."""
         room = seq.params.max_tokens - 1
-        opening = self.reasoning.begin(seq)[:room]
+        opening = self.reasoning.begin(seq, constrained)[:room]
         self._append_forced(seq, opening)
         self._append_forced(seq, self.reasoning.over_budget(seq)[:room - len(opening)])
 
@@ -404,8 +423,17 @@ class LLM:
         for request_id in dict.fromkeys(seq.request_id for seq in seqs):
             request = self.requests[request_id]
             if request.finished:
-                output = request.output(self.detokenizer, self.reasoning)
+                output = self._output(request)
                 self._stats.count_output(output)
                 outputs.append(output)
                 del self.requests[request_id]
         return outputs
+
+
+def _with_tools(params: SamplingParams | SequenceOf[SamplingParams], tools: list[dict[str, Any]] | None,
+                count: int) -> list[SamplingParams]:
+    """One SamplingParams per conversation, carrying `tools` where it carries none of its own."""
+    params = [params] * count if isinstance(params, SamplingParams) else list(params)
+    if tools is None:
+        return params
+    return [p if p.tools is not None else dataclasses.replace(p, tools=tools) for p in params]

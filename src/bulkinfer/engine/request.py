@@ -11,7 +11,7 @@ from bulkinfer.engine.reasoning.base import Phase
 from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.outputs import CompletionOutput, RequestOutput
-from bulkinfer.sampling_params import SamplingParams
+from bulkinfer.sampling_params import Constraint, SamplingParams
 
 # A sequence's finish reason once its grammar failed; its request then fails (never seen in an output).
 GRAMMAR_FAILED = "grammar_failed"
@@ -25,6 +25,7 @@ class Request:
     params: SamplingParams
     seqs: list[Sequence]
     error: str | None = None
+    constraint: Constraint | None = None  # what its output must match: its params' constraint, or forced tool calls
 
     @property
     def finished(self) -> bool:
@@ -40,7 +41,7 @@ class Request:
 
     def _grammar_error(self) -> str | None:
         failed = next((seq for seq in self.seqs if seq.finish_reason == GRAMMAR_FAILED), None)
-        return None if failed is None else matcher_error(self.params.constraint, failed.matcher)
+        return None if failed is None else matcher_error(self.constraint, failed.matcher)
 
 
 def _completion(seq: Sequence, detokenizer: Detokenizer, reasoning: ReasoningTracker | None) -> CompletionOutput:

@@ -64,10 +64,12 @@ def job_settings(table: Path) -> dict[str, Any]:
 
 
 def _rendered(row: dict[str, Any], chat_template: Callable[[], ChatTemplate], tokenizer: Any) -> dict[str, Any]:
-    messages = row.pop("messages")
+    messages, template_kwargs = row.pop("messages"), row.pop("chat_template_kwargs")
     if messages is not None and row["batch_error"] is None:
+        tools = json.loads(row["body_tools"]) if row["body_tools"] else None
         try:
-            row["prompt"] = _without_bos(chat_template().render(messages), tokenizer)
+            text = chat_template().render(messages, tools=tools, template_kwargs=template_kwargs)
+            row["prompt"] = _without_bos(text, tokenizer)
         except ChatTemplateError as exc:
             row["batch_error"] = str(exc)
     return row

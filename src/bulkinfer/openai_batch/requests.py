@@ -7,6 +7,7 @@ from typing import Any
 
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import settings_of
+from bulkinfer.tool_params import check_tool_choice, parsed_tool_choice, parsed_tools
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -15,7 +16,8 @@ COMPLETIONS_URL = "/v1/completions"
 PER_ROW = tuple(s for s in settings_of(SamplingParams) if s.per_row)
 SAMPLING_PARAMS = tuple(s.field for s in PER_ROW)
 _FLOATS = {s.field for s in settings_of(SamplingParams) if s.kinds == (float,)}
-COLUMNS = ("custom_id", "url", "body_model", "messages", "prompt", "batch_error",
+# messages and chat_template_kwargs are rendered into prompt (convert.py) and leave the table.
+COLUMNS = ("custom_id", "url", "body_model", "messages", "chat_template_kwargs", "prompt", "batch_error",
            *(f"body_{param}" for param in SAMPLING_PARAMS))
 
 
@@ -60,16 +62,32 @@ def _request_row(request: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest(f"unsupported url {url!r}; supported: {CHAT_URL}, {COMPLETIONS_URL}")
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
-    text = {"messages": _messages(body)} if url == CHAT_URL else {"prompt": _prompt(body)}
+    text = _chat(body) if url == CHAT_URL else {"prompt": _prompt(body)}
     sampling = _sampling(body, chat=url == CHAT_URL)
     return {"url": url, "body_model": body.get("model"), **text, **{f"body_{p}": v for p, v in sampling.items()}}
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+def _chat(body: dict[str, Any]) -> dict[str, Any]:
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise BadRequest("body.chat_template_kwargs must be a JSON object")
+    return {"messages": _messages(body), "chat_template_kwargs": kwargs}
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("body.messages must be a non-empty list")
-    return [{"role": _field(m, "role", i), "content": _content(m, i)} for i, m in enumerate(messages, 1)]
+    return [_message(m, i) for i, m in enumerate(messages, 1)]
+
+
+def _message(message: Any, number: int) -> dict[str, Any]:
+    """role and content, and what a conversation with tools holds: an assistant's tool_calls (its content
+    may then be null) and a tool message's tool_call_id and name, for the template."""
+    kept = {"role": _field(message, "role", number)}
+    kept.update({key: message[key] for key in ("tool_calls", "tool_call_id", "name") if message.get(key) is not None})
+    kept["content"] = "" if message.get("content") is None and "tool_calls" in kept else _content(message, number)
+    return kept
 
 
 def _content(message: Any, number: int) -> str:
@@ -110,9 +128,22 @@ def _sampling(body: dict[str, Any], chat: bool) -> dict[str, Any]:
         values["max_tokens"] = body.get("max_completion_tokens", values["max_tokens"])
         values["logprobs"] = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
         values.update(_response_format(body.get("response_format")))
-    if isinstance(values["json"], dict):  # as JSON text: the table's column then has one type
-        values["json"] = json.dumps(values["json"])
+    if chat:
+        values.update(_tools(body))
+    for param in ("json", "tools", "tool_choice"):  # as JSON text: the table's column then has one type
+        if isinstance(values[param], (dict, list)):
+            values[param] = json.dumps(values[param])
     return values
+
+
+def _tools(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's tools and tool_choice, checked here so that a mistake in them is that line's error."""
+    try:
+        tools = parsed_tools(body.get("tools"))
+        check_tool_choice(tools, parsed_tool_choice(body.get("tool_choice")))
+    except ValueError as exc:
+        raise BadRequest(f"body.{exc}") from None
+    return {"tools": tools}
 
 
 def _response_format(response_format: Any) -> dict[str, Any]:

@@ -26,9 +26,10 @@ def _completion(row: dict[str, Any], created: int, decode: Decode, request_id: s
     chat = row["url"] == CHAT_URL
     texts, reasons = _as_list(row["generated_text"]), _as_list(row["finish_reason"])
     logprobs = _choice_logprobs(row, len(texts), chat, decode)
+    tool_calls = _per_sample(row, "tool_calls", len(texts))
     completion_tokens = sum(_as_list(row["completion_tokens"]))
-    choices = [_chat_choice(i, text, reason, lp) if chat else _text_choice(i, text, reason, lp)
-               for i, (text, reason, lp) in enumerate(zip(texts, reasons, logprobs))]
+    choices = [_chat_choice(i, text, reason, lp, calls) if chat else _text_choice(i, text, reason, lp)
+               for i, (text, reason, lp, calls) in enumerate(zip(texts, reasons, logprobs, tool_calls))]
     if chat and "generated_reasoning" in row:
         for choice, reasoning in zip(choices, _as_list(row["generated_reasoning"])):
             # As vLLM writes it: null when the model wrote no reasoning.
@@ -57,13 +58,30 @@ def _choice_logprobs(row: dict[str, Any], samples: int, chat: bool, decode: Deco
             for positions in per_sample]
 
 
-def _chat_choice(index: int, text: str, reason: str, logprobs: Any) -> dict[str, Any]:
-    return {"index": index, "message": {"role": "assistant", "content": text, "refusal": None},
-            "finish_reason": reason, "logprobs": logprobs}
+def _chat_choice(index: int, text: str, reason: str, logprobs: Any, calls: list[dict] | None) -> dict[str, Any]:
+    """With tool calls, the message carries them (content null when nothing else was written) and the
+    choice finishes with "tool_calls", as OpenAI's API answers."""
+    message = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["content"] = text or None
+        message["tool_calls"] = [{"id": call["id"], "type": "function",
+                                  "function": {"name": call["name"], "arguments": call["arguments"]}}
+                                 for call in calls]
+        reason = "tool_calls" if reason == "stop" else reason
+    return {"index": index, "message": message, "finish_reason": reason, "logprobs": logprobs}
 
 
 def _text_choice(index: int, text: str, reason: str, logprobs: Any) -> dict[str, Any]:
     return {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}
+
+
+def _per_sample(row: dict[str, Any], column: str, samples: int) -> list[Any]:
+    """A per-sample column's values, one per choice (None for each when the job has no such column). The
+    column holds one value per sample when generated_text does; a value of its own may be a list."""
+    value = row.get(column)
+    if value is None:
+        return [None] * samples
+    return value if isinstance(row["generated_text"], list) else [value]
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -19,7 +19,7 @@ TASK_COLUMNS = {
 # model's, which a job has when its model has a reasoning parser (the same on every run of the job: the model's
 # files and reasoning_parser are part of its fingerprint).
 REASONING_COLUMNS = ("generated_reasoning", "reasoning_tokens")
-OPTIONAL_COLUMNS = (*REASONING_COLUMNS, "generated_json", "logprobs", "prompt_logprobs")
+OPTIONAL_COLUMNS = (*REASONING_COLUMNS, "generated_json", "tool_calls", "logprobs", "prompt_logprobs")
 
 
 # Result columns whose Arrow type is the same in every job: declared, so that a column with no value in
@@ -38,10 +38,12 @@ FIXED_TYPES: dict[str, pa.DataType] = {
     "choice": pa.int64(),
     "choice_norm": pa.int64(),
 }
+# A sample's tool calls, in OpenAI's order of fields; arguments is the JSON text the model wrote.
+_TOOL_CALLS = pa.list_(pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())]))
 # generate's columns of one value per sample: a list of these when a row may have n > 1.
 _SAMPLE_TYPES = {"generated_text": pa.string(), "finish_reason": pa.string(), "completion_tokens": pa.int64(),
                  "generated_reasoning": pa.string(), "reasoning_tokens": pa.int64(), "generated_json": pa.string(),
-                 "logprobs": _POSITIONS}
+                 "tool_calls": _TOOL_CALLS, "logprobs": _POSITIONS}
 
 
 def result_types(task: str, list_outputs: bool) -> dict[str, pa.DataType]:
@@ -56,7 +58,7 @@ def result_columns(task: str) -> tuple[str, ...]:
     if task == "generate":
         # The reasoning beside the answer, its token count beside the output's.
         return ("generated_text", "generated_reasoning", "finish_reason", "prompt_tokens", "completion_tokens",
-                "reasoning_tokens", "error", "generated_json", "logprobs", "prompt_logprobs")
+                "reasoning_tokens", "error", "generated_json", "tool_calls", "logprobs", "prompt_logprobs")
     return (*TASK_COLUMNS[task], "prompt_tokens", "error")
 
 

@@ -8,6 +8,7 @@ from which the flags, the job-file keys and stats.json are derived.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -47,6 +48,9 @@ class JobConfig:
     chat_template: str | None = setting(None, "Jinja file with the chat template to render messages with, "
                                               "instead of the tokenizer's (default: the tokenizer's).", path=True,
                                         panel="Model")
+    chat_template_kwargs: str | dict | None = setting(
+        None, "More variables for the chat template, as a JSON object, e.g. '{\"enable_thinking\": false}' "
+              "(with --messages-column; vLLM's chat_template_kwargs).", panel="Model")
     id_column: str | None = setting(None, "Column that identifies rows (default: none; row_index, the row's "
                                           "position, does).")
     param_columns: dict[str, str] = setting(help="PARAM=COLUMN: take a sampling setting (max_tokens, seed, ...) "
@@ -133,6 +137,11 @@ class JobConfig:
         return (self.sampling.json is not None or self.sampling.json_object
                 or bool({"json_schema", "json_object"} & set(self.param_columns)))
 
+    @property
+    def tool_outputs(self) -> bool:
+        """Whether some row may carry tools: it then gets a tool_calls column."""
+        return self.sampling.tools is not None or "tools" in self.param_columns
+
     def _validate(self) -> None:
         if not self.input:
             raise UsageError("no input given: pass at least one --input PATH")
@@ -145,7 +154,8 @@ class JobConfig:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.commit_seconds <= 0:
             raise UsageError(f"commit_seconds must be > 0, got {self.commit_seconds}")
-        for name in ("system_prompt", "chat_template"):
+        self.chat_template_kwargs = _json_object("chat_template_kwargs", self.chat_template_kwargs)
+        for name in ("system_prompt", "chat_template", "chat_template_kwargs"):
             if getattr(self, name) is not None and self.messages_column is None:
                 raise UsageError(f"{name} needs messages_column: it applies to each row's chat messages")
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
@@ -155,6 +165,18 @@ class JobConfig:
         if unknown:
             raise UsageError(f"param_columns: {', '.join(unknown)} cannot be set per row; "
                              f"these can: {', '.join(per_row)}")
+
+
+def _json_object(name: str, value: str | dict | None) -> dict | None:
+    """A setting that is a JSON object, from the object or its text (as a flag gives it)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{name} is not valid JSON ({exc})") from None
+    if value is not None and not isinstance(value, dict):
+        raise UsageError(f"{name} must be a JSON object, got {json.dumps(value)}")
+    return value
 
 
 def job_settings() -> list[Setting]:

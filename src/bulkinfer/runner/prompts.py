@@ -19,6 +19,8 @@ class PromptRenderer:
         self.column = config.messages_column or config.prompt_column
         self.chat = config.messages_column is not None
         self.system_prompt = config.system_prompt
+        self.template_kwargs = config.chat_template_kwargs
+        self.tools = config.sampling.tool_definitions
         self.tokenizer = tokenizer
         self.chat_template = _chat_template(config, tokenizer) if self.chat else None
         if self.system_prompt is not None and self.chat_template.drops_system_messages:
@@ -30,26 +32,28 @@ class PromptRenderer:
         """Chat templates write BOS themselves; plain prompts get the tokenizer's special tokens."""
         return not self.chat
 
-    def render(self, values: dict[str, Any]) -> str:
-        """Raises ValueError with a readable reason when the row has no usable prompt."""
+    def render(self, values: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> str:
+        """Raises ValueError with a readable reason when the row has no usable prompt. `tools`: the row's, for
+        the chat template (default: the job's)."""
         if self.column not in values:
             raise ValueError(f"no {self.column!r} field")
         value = values[self.column]
         if value is None:
             raise ValueError(f"{self.column!r} is null")
         if self.chat:
-            return self._render_chat(value)
+            return self._render_chat(value, self.tools if tools is None else tools)
         if not isinstance(value, str):
             raise ValueError(f"{self.column!r} must be a string, got {type(value).__name__}")
         if not value.strip():
             raise ValueError(f"{self.column!r} is empty")
         return value
 
-    def _render_chat(self, messages: Any) -> str:
+    def _render_chat(self, messages: Any, tools: list[dict[str, Any]] | None) -> str:
         _check_messages(self.column, messages)
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        return self.chat_template.render(messages)  # a ValueError naming why it could not
+        # A ValueError naming why it could not.
+        return self.chat_template.render(messages, tools=tools, template_kwargs=self.template_kwargs)
 
 
 def _chat_template(config: JobConfig, tokenizer: Any) -> ChatTemplate:

@@ -10,7 +10,7 @@ import json
 from typing import Any, Protocol
 
 from bulkinfer.engine.scoring import Loglikelihood, loglikelihood_of
-from bulkinfer.outputs import PositionLogprobs, RequestOutput
+from bulkinfer.outputs import PositionLogprobs, RequestOutput, ToolCall
 from bulkinfer.runner.columns import OPTIONAL_COLUMNS, REASONING_COLUMNS, ROW_INDEX, TASK_COLUMNS, result_columns
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import SourceRow
@@ -38,6 +38,7 @@ class GenerateResults:
         self.optional = [name for name in ("logprobs", "prompt_logprobs") if config.wants(name)]
         self.optional += ["generated_json"] if config.json_outputs else []
         self.optional += list(REASONING_COLUMNS) if reasons else []
+        self.optional += ["tool_calls"] if config.tool_outputs else []
 
     def collect(self, work: Work, output: RequestOutput) -> Row:
         row = work.row
@@ -52,6 +53,7 @@ class GenerateResults:
             "completion_tokens": [len(c.token_ids) for c in completions],
             "logprobs": [_positions(c.token_ids, c.logprobs) for c in completions],
             "generated_json": [_json_text(c.text, work.params) for c in completions],
+            "tool_calls": [_tool_calls(c.tool_calls) for c in completions],
         }
         if not self.list_outputs:
             columns = {name: values[0] for name, values in columns.items()}
@@ -116,6 +118,11 @@ def _json_text(text: str, params: SamplingParams) -> str | None:
         return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
     except ValueError:
         return None
+
+
+def _tool_calls(calls: list[ToolCall] | None) -> list[Row] | None:
+    """None when the output was not read for calls (the row had no tools, or tool_choice none)."""
+    return None if calls is None else [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
 
 
 def _positions(token_ids: list[int], records: list[PositionLogprobs | None] | None) -> list[Row | None] | None:

@@ -16,12 +16,12 @@ class ReasoningTracker:
     def __init__(self, parser: ReasoningParser) -> None:
         self.parser = parser
 
-    def begin(self, seq: Sequence) -> list[int]:
+    def begin(self, seq: Sequence, constrained: bool) -> list[int]:
         """Set the sequence's first phase from its prompt; returns the ids to append before it runs. A
         constrained row whose template leaves the opening to the model gets it opened, so that it reasons
         before the answer its constraint shapes."""
         seq.phase = self.parser.start(seq.prompt_token_ids)
-        if seq.phase is Phase.PREAMBLE and seq.params.constraint is not None:
+        if seq.phase is Phase.PREAMBLE and constrained:
             return self.parser.opening_ids()
         return []
 

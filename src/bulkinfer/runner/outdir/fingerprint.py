@@ -33,6 +33,8 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
         # Only when set, so jobs started before these settings existed still resume.
         **({"revision": config.engine.revision} if config.engine.revision else {}),
         **({"chat_template": _hash(Path(config.chat_template))} if config.chat_template else {}),
+        **({"chat_template_kwargs": config.chat_template_kwargs} if config.chat_template_kwargs is not None else {}),
+        **({"tool_call_parser": config.engine.tool_call_parser} if config.engine.tool_call_parser != "auto" else {}),
         "dtype": config.engine.dtype,
         "max_model_len": config.engine.max_model_len,
         **{name: getattr(config, name) for name in PROMPT_FIELDS},
