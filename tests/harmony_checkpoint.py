@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from checkpoints import SIZES, UNK, _random_model, _trained_tokenizer_json
 from tokenizers import AddedToken, Tokenizer
 from transformers import GenerationConfig, LlamaConfig, PreTrainedTokenizerFast
-
-from checkpoints import SIZES, UNK, _random_model, _trained_tokenizer_json
 
 TEMPLATE = Path(__file__).parent / "data" / "chat_templates" / "gpt_oss.jinja"
 FIRST_SPECIAL_ID = 199998

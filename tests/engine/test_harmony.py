@@ -7,14 +7,14 @@ import functools
 import json
 
 import pytest
+from checkpoints import build_tokenizer
+from harmony_checkpoint import HARMONY_IDS, build_harmony_tokenizer
 
 from bulkinfer.engine.chat_template import ChatTemplate
 from bulkinfer.engine.harmony import HarmonyTokens
 from bulkinfer.engine.reasoning.base import Phase
 from bulkinfer.engine.reasoning.harmony import HarmonyReasoningParser
 from bulkinfer.engine.tools.harmony import HarmonyToolCallParser
-from checkpoints import build_tokenizer
-from harmony_checkpoint import HARMONY_IDS, build_harmony_tokenizer
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 CHANNELS = ("analysis", "commentary", "final")
 _RECIPIENT = re.compile(r"to=([^\s<]+)")

@@ -184,6 +184,8 @@ class LLM:
         rendered with the model's chat template (or ``chat_template``, a template's text) and generated from
         as ``generate`` does. A conversation the template cannot render raises ValueError."""
         template = ChatTemplate(self.tokenizer, chat_template)
+        if isinstance(sampling_params, SamplingParams):  # gpt-oss's reasoning_effort is the template's to write
+            chat_template_kwargs = {**sampling_params.template_variables, **(chat_template_kwargs or {})}
         prompts = render_conversations(template, conversations_of(messages), chat_template_content_format,
                                        add_generation_prompt=add_generation_prompt,
                                        continue_final_message=continue_final_message, tools=tools,

@@ -19,6 +19,7 @@ from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
 from bulkinfer.openai_batch.requests import PER_ROW, parse_line
 from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.sampling_params import template_variables
 
 
 def requests_path(output: Path) -> Path:
@@ -67,7 +68,8 @@ def _rendered(row: dict[str, Any], chat_template: Callable[[], ChatTemplate], to
     messages = row.pop("messages")
     if messages is not None and row["batch_error"] is None:
         try:
-            row["prompt"] = _without_bos(chat_template().render(messages), tokenizer)
+            variables = template_variables(row["body_reasoning_effort"])
+            row["prompt"] = _without_bos(chat_template().render(messages, template_kwargs=variables), tokenizer)
         except ChatTemplateError as exc:
             row["batch_error"] = str(exc)
     return row

@@ -30,26 +30,27 @@ class PromptRenderer:
         """Chat templates write BOS themselves; plain prompts get the tokenizer's special tokens."""
         return not self.chat
 
-    def render(self, values: dict[str, Any]) -> str:
-        """Raises ValueError with a readable reason when the row has no usable prompt."""
+    def render(self, values: dict[str, Any], template_variables: dict[str, Any] | None = None) -> str:
+        """Raises ValueError with a readable reason when the row has no usable prompt. ``template_variables``
+        go to the chat template (the row's SamplingParams.template_variables)."""
         if self.column not in values:
             raise ValueError(f"no {self.column!r} field")
         value = values[self.column]
         if value is None:
             raise ValueError(f"{self.column!r} is null")
         if self.chat:
-            return self._render_chat(value)
+            return self._render_chat(value, template_variables)
         if not isinstance(value, str):
             raise ValueError(f"{self.column!r} must be a string, got {type(value).__name__}")
         if not value.strip():
             raise ValueError(f"{self.column!r} is empty")
         return value
 
-    def _render_chat(self, messages: Any) -> str:
+    def _render_chat(self, messages: Any, template_variables: dict[str, Any] | None) -> str:
         _check_messages(self.column, messages)
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        return self.chat_template.render(messages)  # a ValueError naming why it could not
+        return self.chat_template.render(messages, template_kwargs=template_variables)  # a ValueError naming why
 
 
 def _chat_template(config: JobConfig, tokenizer: Any) -> ChatTemplate:

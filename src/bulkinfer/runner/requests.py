@@ -76,8 +76,8 @@ class GenerateRequests:
                 failures.append(Failure(row, row.error))
                 continue
             try:
-                text = self.renderer.render(row.values)
                 params = self.row_settings.for_row(row.index, row.values)
+                text = self.renderer.render(row.values, params.template_variables)
                 ready.append((row, self._bounded(text, params), params))
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))
