@@ -28,6 +28,7 @@ OWN_UNK = "<unk>"  # the shared tokenizer's "<|endoftext|>" is renamed: gpt-oss 
 
 def build_harmony_tokenizer() -> PreTrainedTokenizerFast:
     spec = json.loads(_trained_tokenizer_json().replace(json.dumps(UNK), json.dumps(OWN_UNK)))
+    spec["post_processor"] = None  # gpt-oss's tokenizer adds no BOS: its chat template writes every marker
     vocab = spec["model"]["vocab"]
     for filler in range(len(vocab), FIRST_SPECIAL_ID):
         vocab[f"<|filler_{filler}|>"] = filler
