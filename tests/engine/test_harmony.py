@@ -130,6 +130,14 @@ def test_stray_markers(parser):
     assert (text(split.reasoning_ids), text(split.answer_ids), split.reasoning_closed) == ("ab", "Paris.", True)
 
 
+def test_an_analysis_left_unterminated_ends_where_the_next_message_starts(parser):
+    output = ids("<|channel|>analysis<|message|>think<|start|>assistant<|channel|>final<|message|>Paris.")
+    split = parser.split(prompt_ids(), output)
+    assert (text(split.reasoning_ids), text(split.answer_ids), split.reasoning_closed) == ("think", "Paris.", True)
+    cut_in_header = ids("<|channel|>analysis<|message|>think<|start|>assistant<|channel|>fi")
+    assert parser.split(prompt_ids(), cut_in_header).reasoning_closed
+
+
 def test_a_model_that_ignores_the_format_answers_in_plain_text(parser):
     output = ids("Paris is the capital.")
     split = parser.split(prompt_ids(), output)

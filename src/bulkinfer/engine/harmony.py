@@ -39,8 +39,8 @@ class HarmonyTokens:
     @classmethod
     def of(cls, tokenizer: Any) -> HarmonyTokens:
         """Raises ValueError when the tokenizer lacks a marker (it is not a harmony model's)."""
-        names = dict(start="<|start|>", end="<|end|>", message="<|message|>", channel="<|channel|>",
-                     constrain="<|constrain|>", return_="<|return|>", call="<|call|>")
+        names = {"start": "<|start|>", "end": "<|end|>", "message": "<|message|>", "channel": "<|channel|>",
+                 "constrain": "<|constrain|>", "return_": "<|return|>", "call": "<|call|>"}
         ids = {}
         for key, token in names.items():
             token_id = tokenizer.convert_tokens_to_ids(token)
@@ -69,7 +69,7 @@ class HarmonyMessage:
     written_ids: list[int] = field(default_factory=list)  # the output's ids of this message, markers included
     prompt_ids: list[int] = field(default_factory=list)  # its ids the prompt wrote, when the prompt opened it
     opened: bool = False  # whether `<|message|>` was reached (else the output ended, or broke off, in the header)
-    terminator: int | None = None  # the marker that ended it; None when the output was cut first
+    terminator: int | None = None  # the marker that ended it; None: cut, or followed by a `<|start|>` at once
     is_loose_text: bool = False  # ids written between messages
 
     @property

@@ -28,6 +28,7 @@ class HarmonyReasoningParser(ReasoningParser):
         super().__init__(tokenizer)
         self.reader = HarmonyReader(tokenizer)
         self.tokens = self.reader.tokens
+        self._end_of_reasoning = tokenizer.encode(END_OF_REASONING, add_special_tokens=False)
 
     def start(self, prompt_ids: list[int]) -> Phase:
         open_in_prompt = self.reader.open_message(prompt_ids)
@@ -56,26 +57,26 @@ class HarmonyReasoningParser(ReasoningParser):
         return Phase.REASONING if opened.is_reasoning else Phase.ANSWER
 
     def end_of_reasoning_ids(self) -> list[int]:
-        return self.tokenizer.encode(END_OF_REASONING, add_special_tokens=False)
+        return list(self._end_of_reasoning)
 
     def split(self, prompt_ids: list[int], output_ids: list[int]) -> ReasoningSplit:
+        messages = self.reader.read(prompt_ids, output_ids)
         reasoning: list[int] = []
         answer: list[int] = []
-        closed = True
-        for message in self.reader.read(prompt_ids, output_ids):
+        for message in messages:
             if message.is_loose_text:
                 answer += message.content_ids
             elif not message.opened:
                 answer += self._unopened_text(message)
             elif message.is_reasoning:
                 reasoning += message.content_ids
-                closed = message.terminator is not None
             elif is_function_call(message.recipient):
                 answer += message.whole_ids
-                closed = True
             else:
                 answer += message.content_ids
-                closed = True
+        thoughts = [message for message in messages if message.opened and message.is_reasoning]
+        # The reasoning is closed by its terminator, or by the next message the model began without one.
+        closed = not thoughts or thoughts[-1].terminator is not None or thoughts[-1] is not messages[-1]
         return ReasoningSplit(reasoning, answer, closed)
 
     def _unopened_text(self, message: HarmonyMessage) -> list[int]:
