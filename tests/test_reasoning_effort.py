@@ -43,11 +43,14 @@ def test_a_jobs_rows_carry_their_effort_into_gpt_oss_system_message(tokenizer):
                                      max_tokens=8, reasoning_effort="low",
                                      param_columns={"reasoning_effort": "effort"})
     rows = [SourceRow(0, {"messages": QUESTION, "effort": "high"}, "line 1"),
-            SourceRow(1, {"messages": QUESTION, "effort": None}, "line 2")]
+            SourceRow(1, {"messages": QUESTION, "effort": None}, "line 2"),
+            SourceRow(2, {"messages": QUESTION, "effort": "max"}, "line 3")]
     prepared = GenerateRequests(config, tokenizer, 4096)(rows)
     prompts = {work.row.index: tokenizer.decode(work.token_ids) for work in prepared.work}
     assert "Reasoning: high\n" in prompts[0]
     assert "Reasoning: low\n" in prompts[1]  # the job's setting
+    assert [failure.error for failure in prepared.failures] == [
+        "line 3: reasoning_effort must be one of low, medium, high, got 'max'"]
 
 
 def test_an_openai_batch_body_carries_its_effort(tmp_path: Path, tokenizer):
