@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from harmony_checkpoint import build_harmony_tokenizer
 
 from bulkinfer.engine.reasoning.effort import thinking_budget
 from bulkinfer.openai_batch.convert import convert_batch_file
@@ -14,7 +15,6 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.requests import GenerateRequests
 from bulkinfer.sampling_params import SamplingParams
-from harmony_checkpoint import build_harmony_tokenizer
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 
