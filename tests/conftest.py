@@ -45,3 +45,11 @@ def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory) -> CheckpointFa
 def tiny_llama(checkpoint_factory: CheckpointFactory) -> Path:
     """The default "llama" checkpoint: untied embeddings, 4 heads over 2 KV heads."""
     return checkpoint_factory("llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_harmony(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A gpt-oss-style checkpoint: harmony's special tokens at their real ids, gpt-oss's chat template."""
+    from harmony_checkpoint import make_harmony_checkpoint
+
+    return make_harmony_checkpoint(tmp_path_factory.mktemp("checkpoints") / "harmony")

@@ -8,7 +8,7 @@ import math
 from dataclasses import InitVar, dataclass
 from typing import ClassVar
 
-from bulkinfer.settings import Setting, check_finite, check_seed, coerce, setting, settings_of
+from bulkinfer.settings import Setting, check_choices, check_finite, check_seed, coerce, setting, settings_of
 from bulkinfer.structured_outputs_params import GuidedDecodingParams, StructuredOutputsParams, constraint_fields
 from bulkinfer.tool_params import check_tool_choice, forced_functions, parsed_tool_choice, parsed_tools
 
@@ -18,6 +18,7 @@ CONSTRAINTS = ("json", "json_object", "regex", "choice", "grammar")
 # draw would come from NaNs.
 GREEDY_BELOW = 1e-5
 MAX_SCHEMA_DEPTH = 100  # the grammar library reads a schema about 125 levels deep at most
+REASONING_EFFORTS = ("low", "medium", "high")  # OpenAI's reasoning_effort values
 
 
 @dataclass
@@ -58,10 +59,15 @@ class SamplingParams:
                                          "at most the model's vocabulary size (default: off).")
     prompt_logprobs: int | None = setting(None, "Record each prompt token's logprob and this many "
                                                 "alternatives, at most the vocabulary size (default: off).")
+    skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
+    # Thinking models.
     thinking_budget: int | None = setting(None, "Most reasoning tokens per sample of a thinking model: then the "
                                                 "engine closes the reasoning and the answer follows; max_tokens "
                                                 "still caps both (default: no limit; needs a reasoning parser).")
-    skip_special_tokens: bool = setting(True, "Leave special tokens out of the generated text.")
+    reasoning_effort: str | None = setting(None, "How long a thinking model reasons: low, medium or high. gpt-oss "
+                                                 "reads it in its system message; for other families it sets "
+                                                 "thinking_budget when that is unset (see docs/reasoning.md).",
+                                           choices=REASONING_EFFORTS)
     # Structured outputs (at most one): the output is made to match.
     json: str | dict | None = setting(None, "JSON Schema the output must validate against: a file, or the schema "
                                             "as JSON text; per row, a schema object or its JSON text.",
@@ -96,6 +102,7 @@ class SamplingParams:
         self.logit_bias = self.logit_bias or None
         self.bad_words = [word for word in (self.bad_words or []) if word.strip()] or None
         check_finite(self)
+        check_choices(self)
         check_seed("seed", self.seed)
         self._validate()
         self._validate_constraint()
@@ -200,12 +207,23 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
 
+    @property
+    def template_variables(self) -> dict[str, str]:
+        """What these settings tell the chat template (see template_variables below)."""
+        return template_variables(self.reasoning_effort)
+
     def kept_prompt(self, token_ids: list[int], max_model_len: int) -> list[int]:
         """The prompt tokens that run: the last truncate_prompt_tokens of them (-1: max_model_len), or all."""
         keep = self.truncate_prompt_tokens
         if keep is None:
             return token_ids
         return token_ids[-(max_model_len if keep == -1 else keep):]
+
+
+def template_variables(reasoning_effort: str | None) -> dict[str, str]:
+    """The chat template's variables a request's settings give: gpt-oss's template writes reasoning_effort into
+    its system message (other templates ignore the variable)."""
+    return {"reasoning_effort": reasoning_effort} if reasoning_effort is not None else {}
 
 
 def _logit_bias_problems(bias: dict[int, float]) -> list[str]:

@@ -52,7 +52,7 @@ def test_masks_of_real_matchers_are_the_matchers_own_masks(tiny_llama, device):
         matchers = [template.deep_copy(), None, template.deep_copy()]
         matchers[2].consume_token(llm.tokenizer.encode("y", add_special_tokens=False)[0])
         logits = torch.zeros(3, llm.model_config.vocab_size)
-        masks.apply(masks.start([SimpleNamespace(matcher=m) for m in matchers]), logits)
+        masks.apply(masks.start([SimpleNamespace(matcher=m, grammar_active=m is not None) for m in matchers]), logits)
     finally:
         masks.close()
     for row in (0, 2):  # each row's mask, as the matcher itself gives it

@@ -200,6 +200,8 @@ class LLM:
         conversations = conversations_of(messages)
         params = _with_tools(sampling_params or SamplingParams(), tools, len(conversations))
         template = ChatTemplate(self.tokenizer, chat_template)
+        if isinstance(sampling_params, SamplingParams):  # gpt-oss's reasoning_effort is the template's to write
+            chat_template_kwargs = {**sampling_params.template_variables, **(chat_template_kwargs or {})}
         prompts = render_conversations(template, conversations, chat_template_content_format,
                                        add_generation_prompt=add_generation_prompt,
                                        continue_final_message=continue_final_message, tools=tools,
@@ -280,7 +282,7 @@ class LLM:
         return None
 
     def _output(self, request: Request) -> RequestOutput:
-        return self.tool_calls.read(request.output(self.detokenizer, self.reasoning), request.params)
+        return request.output(self.detokenizer, self.reasoning, self.tool_calls)
 
     def _admit_compiled(self) -> None:
         """Schedule the constrained requests whose grammar is ready, or fail those it was refused for.

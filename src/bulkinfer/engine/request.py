@@ -10,6 +10,7 @@ from bulkinfer.engine.grammar import matcher_error
 from bulkinfer.engine.reasoning.base import Phase
 from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.sequence import Sequence
+from bulkinfer.engine.tools.calls import ToolCalls
 from bulkinfer.outputs import CompletionOutput, RequestOutput
 from bulkinfer.sampling_params import Constraint, SamplingParams
 
@@ -31,9 +32,17 @@ class Request:
     def finished(self) -> bool:
         return self.error is not None or all(seq.is_finished for seq in self.seqs)
 
-    def output(self, detokenizer: Detokenizer, reasoning: ReasoningTracker | None = None) -> RequestOutput:
+    def output(self, detokenizer: Detokenizer, reasoning: ReasoningTracker | None = None,
+               tool_calls: ToolCalls | None = None) -> RequestOutput:
+        """The request's result; with a reasoning tracker, each sample's reasoning apart from its answer, and
+        with tool calls, the calls read out of the answer when the request carried tools."""
         error = self.error or self._grammar_error()
-        completions = [] if error else [_completion(seq, detokenizer, reasoning) for seq in self.seqs]
+        completions = []
+        for seq in [] if error else self.seqs:
+            completion, answer_ids = _completion(seq, detokenizer, reasoning)
+            if tool_calls is not None:
+                tool_calls.read(completion, answer_ids, self.request_id, self.params)
+            completions.append(completion)
         prompt_logprobs = self.seqs[0].prompt_logprobs if self.seqs and not error else None
         num_cached_tokens = self.seqs[0].num_cached_tokens if self.seqs and not error else None
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, completions,
@@ -44,19 +53,30 @@ class Request:
         return None if failed is None else matcher_error(self.constraint, failed.matcher)
 
 
-def _completion(seq: Sequence, detokenizer: Detokenizer, reasoning: ReasoningTracker | None) -> CompletionOutput:
+def _completion(seq: Sequence, detokenizer: Detokenizer,
+                reasoning: ReasoningTracker | None) -> tuple[CompletionOutput, list[int]]:
+    """The sample's output, and its answer's ids (markers left out), which the tool-call parser reads."""
     cumulative = seq.cumulative_logprob if seq.logprobs is not None else None
     output = CompletionOutput(seq.index, "", seq.output_token_ids, cumulative, seq.logprobs, seq.finish_reason,
                               seq.stop_reason)
-    answer_start = seq.num_prompt_tokens
+    answer_ids = output.token_ids
     if reasoning is not None and not seq.prefill_only:
         split = reasoning.split(seq)
         output.reasoning = detokenizer.text_of(seq, split.reasoning_ids)
         output.num_reasoning_tokens = len(split.reasoning_ids)
-        answer_start = len(seq) - len(split.answer_ids)
+        answer_ids = split.answer_ids
     # Text cut at a stop string was built while running (the answer's only); any other is decoded once, here.
-    output.text = seq.text if isinstance(seq.stop_reason, str) else detokenizer.text_from(seq, answer_start)
-    return output
+    output.text = seq.text if isinstance(seq.stop_reason, str) else _answer_text(seq, answer_ids, detokenizer)
+    return output, answer_ids
+
+
+def _answer_text(seq: Sequence, answer_ids: list[int], detokenizer: Detokenizer) -> str:
+    """An answer that ends the output is decoded after the tokens before it, as it was written; one gathered
+    from several messages (harmony's) on its own."""
+    first = len(seq) - len(answer_ids)
+    if seq.token_ids[first:] == answer_ids:
+        return detokenizer.text_from(seq, first)
+    return detokenizer.text_of(seq, answer_ids)
 
 
 def params_refusal(params: SamplingParams, vocab_size: int, max_n: int, reasons: bool = False) -> str | None:

@@ -50,15 +50,19 @@ class BulkinferLM(TemplateLM):
     """model_args: ``pretrained`` (a model directory or hub id), any engine option (dtype, device,
     max_num_seqs, max_model_len, ...) and any sampling option, as a default for generation requests;
     from lm_eval's hf backend, ``max_length`` (= max_model_len), ``add_bos_token`` and
-    ``prefix_token_id``; ``max_gen_toks``, the default generation length. ``batch_size`` and
-    ``max_batch_size``, which lm_eval passes to every backend, are taken and not used: the engine
-    forms its own batches."""
+    ``prefix_token_id``; ``max_gen_toks``, the default generation length; ``keep_reasoning``: a
+    thinking model's generate_until answers are its reasoning and answer together, as it wrote them
+    (default: the answer alone, which is what a task scores). ``batch_size`` and ``max_batch_size``,
+    which lm_eval passes to every backend, are taken and not used: the engine forms its own batches."""
 
     def __init__(self, pretrained: str | None = None, max_length: int | None = None,
                  add_bos_token: bool | None = None, prefix_token_id: int | None = None,
-                 max_gen_toks: int | None = None, batch_size: Any = None,
+                 max_gen_toks: int | None = None, keep_reasoning: bool = False, batch_size: Any = None,
                  max_batch_size: Any = None, **model_args: Any):
         super().__init__()
+        if not isinstance(keep_reasoning, bool):
+            raise ModelArgsError(f"model_args keep_reasoning must be true or false, got {keep_reasoning!r}")
+        self.keep_reasoning = keep_reasoning
         if "device" in model_args:
             model_args["device"] = _available_device(model_args["device"])
         arguments = llm_arguments(pretrained, max_length, model_args)
@@ -154,7 +158,7 @@ class BulkinferLM(TemplateLM):
         params = [sampling_params(kwargs, self.generation_defaults, eos_text) for kwargs in all_kwargs]
         prompts = [self._prompt_ids(context, p.max_tokens) for context, p in zip(contexts, params)]
         outputs = self.llm.generate(prompts, params, use_tqdm=not disable_tqdm)
-        texts = [_completion(output, p.stop) for output, p in zip(outputs, params)]
+        texts = [_completion(output, p.stop, self.keep_reasoning) for output, p in zip(outputs, params)]
         for context, kwargs, text in zip(contexts, all_kwargs, texts):
             self.cache_hook.add_partial("generate_until", (context, kwargs), text)
         return texts
@@ -209,10 +213,14 @@ def _special_tokens(add_special_tokens: bool | None) -> dict[str, bool]:
     return {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
 
 
-def _completion(output: RequestOutput, stop: list[str]) -> str:
+def _completion(output: RequestOutput, stop: list[str], keep_reasoning: bool) -> str:
+    """The text a task scores: the answer, without a thinking model's reasoning unless it is kept."""
     if output.error:
         raise ValueError(f"a generate_until request could not run: {output.error}")
-    text = output.outputs[0].text
+    completion = output.outputs[0]
+    text = completion.text
+    if keep_reasoning and completion.reasoning is not None:
+        text = completion.reasoning + text
     for stop_string in stop:  # as hf: cut at the first stop string, whichever the engine saw
         text = text.split(stop_string)[0]
     return text

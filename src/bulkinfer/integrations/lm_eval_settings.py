@@ -16,7 +16,7 @@ from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, coerce, settings_of
 
 # The backend's own model_args, beside the engine and sampling options (see BulkinferLM).
-BACKEND_ARGS = ("pretrained", "max_length", "add_bos_token", "prefix_token_id", "max_gen_toks")
+BACKEND_ARGS = ("pretrained", "max_length", "add_bos_token", "prefix_token_id", "max_gen_toks", "keep_reasoning")
 # The names lm_eval's tasks use for the number of new tokens, in the harness's order of priority.
 MAX_TOKEN_ALIASES = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
 # Generation kwargs read by their own rules rather than passed to SamplingParams as they are.

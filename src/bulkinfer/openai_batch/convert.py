@@ -19,6 +19,7 @@ from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
 from bulkinfer.openai_batch.requests import PER_ROW, parse_line
 from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.sampling_params import template_variables
 
 
 def requests_path(output: Path) -> Path:
@@ -68,7 +69,9 @@ def _rendered(row: dict[str, Any], chat_template: Callable[[], ChatTemplate], to
     if messages is not None and row["batch_error"] is None:
         tools = json.loads(row["body_tools"]) if row["body_tools"] else None
         try:
-            text = chat_template().render(messages, tools=tools, template_kwargs=template_kwargs)
+            # The body's chat_template_kwargs win over what its settings tell the template (reasoning_effort).
+            variables = {**template_variables(row["body_reasoning_effort"]), **(template_kwargs or {})}
+            text = chat_template().render(messages, tools=tools, template_kwargs=variables)
             row["prompt"] = _without_bos(text, tokenizer)
         except ChatTemplateError as exc:
             row["batch_error"] = str(exc)

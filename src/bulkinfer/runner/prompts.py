@@ -20,7 +20,7 @@ class PromptRenderer:
         self.chat = config.messages_column is not None
         self.system_prompt = config.system_prompt
         self.template_kwargs = config.chat_template_kwargs
-        self.tools = config.sampling.tool_definitions
+        self.sampling = config.sampling
         self.tokenizer = tokenizer
         self.chat_template = _chat_template(config, tokenizer) if self.chat else None
         if self.system_prompt is not None and self.chat_template.drops_system_messages:
@@ -32,28 +32,30 @@ class PromptRenderer:
         """Chat templates write BOS themselves; plain prompts get the tokenizer's special tokens."""
         return not self.chat
 
-    def render(self, values: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> str:
-        """Raises ValueError with a readable reason when the row has no usable prompt. `tools`: the row's, for
-        the chat template (default: the job's)."""
+    def render(self, values: dict[str, Any], params: SamplingParams | None = None) -> str:
+        """Raises ValueError with a readable reason when the row has no usable prompt. ``params``: the row's
+        sampling settings, whose tools and template variables go to the chat template (default: the job's)."""
         if self.column not in values:
             raise ValueError(f"no {self.column!r} field")
         value = values[self.column]
         if value is None:
             raise ValueError(f"{self.column!r} is null")
         if self.chat:
-            return self._render_chat(value, self.tools if tools is None else tools)
+            return self._render_chat(value, params or self.sampling)
         if not isinstance(value, str):
             raise ValueError(f"{self.column!r} must be a string, got {type(value).__name__}")
         if not value.strip():
             raise ValueError(f"{self.column!r} is empty")
         return value
 
-    def _render_chat(self, messages: Any, tools: list[dict[str, Any]] | None) -> str:
+    def _render_chat(self, messages: Any, params: SamplingParams) -> str:
         _check_messages(self.column, messages)
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        # The job's chat_template_kwargs win over what the settings tell the template (reasoning_effort).
+        variables = {**params.template_variables, **(self.template_kwargs or {})}
         # A ValueError naming why it could not.
-        return self.chat_template.render(messages, tools=tools, template_kwargs=self.template_kwargs)
+        return self.chat_template.render(messages, tools=params.tool_definitions, template_kwargs=variables)
 
 
 def _chat_template(config: JobConfig, tokenizer: Any) -> ChatTemplate:

@@ -77,7 +77,7 @@ class GenerateRequests:
                 continue
             try:
                 params = self.row_settings.for_row(row.index, row.values)
-                text = self.renderer.render(row.values, params.tool_definitions)
+                text = self.renderer.render(row.values, params)
                 ready.append((row, self._bounded(text, params), params))
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))

@@ -9,7 +9,9 @@ from typing import Any
 
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.harmony import writes_harmony
 from bulkinfer.engine.reasoning.base import ReasoningParser
+from bulkinfer.engine.reasoning.harmony import HarmonyReasoningParser
 from bulkinfer.engine.reasoning.think_tags import END_TAG, START_TAG, DeepSeekR1Parser, Qwen3Parser
 from bulkinfer.engine.tokenizer import load_tokenizer, tokenizer_path
 
@@ -18,7 +20,7 @@ log = logging.getLogger(__name__)
 PARSERS: dict[str, type[ReasoningParser]] = {
     DeepSeekR1Parser.name: DeepSeekR1Parser,
     Qwen3Parser.name: Qwen3Parser,
-    # gpt_oss (harmony) is added here, with its rule in auto_parser_name.
+    HarmonyReasoningParser.name: HarmonyReasoningParser,
 }
 _PROBE = [{"role": "user", "content": "hello"}]
 
@@ -44,10 +46,12 @@ def has_reasoning_parser(model_path: Path, options: EngineConfig) -> bool:
 
 
 def auto_parser_name(tokenizer: Any) -> str:
-    """deepseek_r1 when the chat template opens ``<think>`` in the generation prompt, qwen3 when the template
-    knows the tags but leaves the opening to the model; both need the tags as tokens of the vocabulary.
-    Anything else: none."""
+    """gpt_oss when the vocabulary has harmony's markers; deepseek_r1 when the chat template opens ``<think>``
+    in the generation prompt, qwen3 when the template knows the tags but leaves the opening to the model (both
+    need the tags as tokens of the vocabulary). Anything else: none."""
     vocabulary = tokenizer.get_vocab()
+    if writes_harmony(vocabulary):
+        return HarmonyReasoningParser.name
     if START_TAG not in vocabulary or END_TAG not in vocabulary:
         return "none"
     try:

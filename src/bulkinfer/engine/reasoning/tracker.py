@@ -9,6 +9,7 @@ nothing.
 from __future__ import annotations
 
 from bulkinfer.engine.reasoning.base import Phase, ReasoningParser, ReasoningSplit
+from bulkinfer.engine.reasoning.effort import thinking_budget
 from bulkinfer.engine.sequence import Sequence
 
 
@@ -39,7 +40,7 @@ class ReasoningTracker:
 
     def over_budget(self, seq: Sequence) -> list[int]:
         """The end of the reasoning, once the sequence has written its thinking budget of reasoning tokens."""
-        budget = seq.params.thinking_budget
+        budget = thinking_budget(seq.params, self.parser.name)
         if seq.phase is Phase.REASONING and budget is not None and seq.reasoning_written >= budget:
             return self.parser.end_of_reasoning_ids()
         return []

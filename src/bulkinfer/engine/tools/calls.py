@@ -9,7 +9,7 @@ from typing import Any, Hashable
 
 from bulkinfer.engine.tools.base import ToolCallParser
 from bulkinfer.engine.tools.registry import tool_call_parser
-from bulkinfer.outputs import CompletionOutput, RequestOutput, ToolCall
+from bulkinfer.outputs import CompletionOutput, ToolCall
 from bulkinfer.sampling_params import Constraint, SamplingParams
 from bulkinfer.tool_params import named_function, parses_calls
 
@@ -33,17 +33,13 @@ class ToolCalls:
         named = named_function(params.tool_choice) is not None
         return Constraint("grammar", self.parser.forced_calls_grammar(functions, at_most_one=named))
 
-    def read(self, output: RequestOutput, params: SamplingParams) -> RequestOutput:
-        """Each sample's calls moved out of its text into tool_calls, when the request carried tools."""
-        if self.parser is None or output.error or not parses_calls(params.tool_definitions, params.tool_choice):
-            return output
-        for completion in output.outputs:
-            self._read_sample(completion, output.request_id)
-        return output
-
-    def _read_sample(self, completion: CompletionOutput, request_id: Hashable) -> None:
-        # The reasoning, when a reasoning parser took it out of `text`, comes first in token_ids.
-        parsed = self.parser.parse(completion.text, completion.token_ids[completion.num_reasoning_tokens:])
+    def read(self, completion: CompletionOutput, answer_ids: list[int], request_id: Hashable,
+             params: SamplingParams) -> None:
+        """Move a sample's calls out of its text into its tool_calls, when the request carried tools.
+        ``answer_ids``: the answer's ids, the reasoning and its markers taken out."""
+        if self.parser is None or not parses_calls(params.tool_definitions, params.tool_choice):
+            return
+        parsed = self.parser.parse(completion.text, answer_ids)
         completion.text = parsed.content or ""
         completion.tool_calls = [ToolCall(call_id(request_id, completion.index, number), call.name, call.arguments)
                                  for number, call in enumerate(parsed.tool_calls)]

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from bulkinfer.engine.harmony import writes_harmony
 from bulkinfer.engine.tools.base import ToolCallParser
+from bulkinfer.engine.tools.harmony import HarmonyToolCallParser
 from bulkinfer.engine.tools.hermes import HermesToolCallParser
 from bulkinfer.engine.tools.llama3_json import Llama3JsonToolCallParser
 from bulkinfer.engine.tools.mistral import MistralToolCallParser
 
-# gpt_oss (harmony) joins here, from engine/reasoning/harmony.py.
 PARSERS: dict[str, type[ToolCallParser]] = {
-    parser.name: parser for parser in (HermesToolCallParser, Llama3JsonToolCallParser, MistralToolCallParser)}
-TOOL_CALL_PARSERS = ("auto", "hermes", "llama3_json", "mistral", "gpt_oss", "none")
+    parser.name: parser for parser in (HermesToolCallParser, Llama3JsonToolCallParser, MistralToolCallParser,
+                                       HarmonyToolCallParser)}
+TOOL_CALL_PARSERS = ("auto", *PARSERS, "none")
 
 # In order, the first rule that holds for (chat template source, vocabulary) names the family; gpt_oss's rule
 # goes first (its template writes none of the others' markers, but it is the most specific).
 AUTO_RULES: list[tuple[str, Callable[[str, dict[str, int]], bool]]] = [
+    ("gpt_oss", lambda template, vocab: writes_harmony(vocab)),
     ("mistral", lambda template, vocab: "[TOOL_CALLS]" in template or "[TOOL_CALLS]" in vocab),
     ("hermes", lambda template, vocab: "<tool_call>" in template),
     ("llama3_json", lambda template, vocab: "<|python_tag|>" in template
