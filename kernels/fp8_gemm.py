@@ -22,6 +22,7 @@ Two ways to run it, chosen by the GPU:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,35 +40,38 @@ class BlockScales:
     """Weight scales as a block grid: ``scales[i, j]`` multiplies rows ``i*bn:(i+1)*bn`` and columns
     ``j*bk:(j+1)*bk`` of the weight."""
 
-    scales: torch.Tensor  # float32 [ceil(N / bn), ceil(K / bk)]
+    scales: torch.Tensor  # float32 [..., ceil(N / bn), ceil(K / bk)]
     block_n: int
     block_k: int
 
 
 def block_scales(weight: torch.Tensor, weight_scale: torch.Tensor,
                  block_size: tuple[int, int] | None) -> BlockScales:
-    """Per-tensor, per-channel or block scales of ``weight`` [N, K] as one block grid."""
-    n, k = weight.shape
+    """Per-tensor, per-channel or block scales of ``weight`` [..., N, K] as one block grid
+    [..., rows, columns] (leading dimensions, such as experts, each have their own scales)."""
+    *lead, n, k = weight.shape
+    lead, count = tuple(lead), math.prod(lead)
     if block_size is not None:
         bn, bk = block_size
-        if tuple(weight_scale.shape) != (-(-n // bn), -(-k // bk)):
-            raise ValueError(f"block scales {tuple(weight_scale.shape)} do not cover a weight {(n, k)} "
+        if tuple(weight_scale.shape) != (*lead, -(-n // bn), -(-k // bk)):
+            raise ValueError(f"block scales {tuple(weight_scale.shape)} do not cover a weight {(*lead, n, k)} "
                              f"in blocks of {tuple(block_size)}")
         return BlockScales(weight_scale.float(), bn, bk)
-    if weight_scale.numel() == 1:
-        return BlockScales(weight_scale.float().reshape(1, 1), n, k)
-    if weight_scale.numel() == n and weight_scale.dim() <= 2:
-        return BlockScales(weight_scale.float().reshape(n, 1), 1, k)
+    if tuple(weight_scale.shape[:len(lead)]) == lead and weight_scale.numel() == count:
+        return BlockScales(weight_scale.float().reshape(*lead, 1, 1), n, k)
+    if tuple(weight_scale.shape[:len(lead)]) == lead and weight_scale.numel() == count * n:
+        return BlockScales(weight_scale.float().reshape(*lead, n, 1), 1, k)
     raise ValueError(f"FP8 weight scales {tuple(weight_scale.shape)} are neither per tensor, per channel of "
-                     f"{n} rows, nor blocks (no block_size)")
+                     f"{n} rows, nor blocks (no block_size) of a weight {(*lead, n, k)}")
 
 
 def dequantize_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, block_size: tuple[int, int] | None,
                    dtype: torch.dtype) -> torch.Tensor:
-    """The weight [N, K] in ``dtype``, computed in fp32 and rounded once, as the weight-only kernel does."""
+    """The weight [..., N, K] in ``dtype``, computed in fp32 and rounded once, as the weight-only kernel does."""
     blocks = block_scales(weight, weight_scale, block_size)
-    n, k = weight.shape
-    scale = blocks.scales.repeat_interleave(blocks.block_n, 0)[:n].repeat_interleave(blocks.block_k, 1)[:, :k]
+    n, k = weight.shape[-2:]
+    scale = blocks.scales.repeat_interleave(blocks.block_n, -2)[..., :n, :]
+    scale = scale.repeat_interleave(blocks.block_k, -1)[..., :k]
     return (weight.float() * scale).to(dtype)
 
 
