@@ -114,14 +114,19 @@ def fp8_weight_tile(w_ptr, s_ptr, w_stride, s_stride, scale_block_n, scale_block
                     DTYPE: tl.constexpr):
     """The dequantized tile ``W[cols, depth].T`` [BLOCK_K, BLOCK_N] in DTYPE (zero where masked).
 
-    ``w_ptr`` and ``s_ptr`` point at row 0 of one weight and its block grid of scales; ``depth`` are
-    absolute K indices. A scale is read by every lane of its block: repeated addresses the cache serves.
+    ``w_ptr`` points at row 0 of one weight's bytes (the FP8 weight viewed as uint8: Triton has
+    no e4m3 type before sm_89), ``s_ptr`` at its block grid of scales; ``depth`` are absolute K
+    indices. A scale is read by every lane of its block: repeated addresses the cache serves.
     """
     mask = in_k[:, None] & in_n[None, :]
-    weight = tl.load(w_ptr + cols.to(tl.int64)[None, :] * w_stride + depth[:, None], mask=mask, other=0.0)
+    byte = tl.load(w_ptr + cols.to(tl.int64)[None, :] * w_stride + depth[:, None], mask=mask, other=0).to(tl.uint16)
+    # e4m3's exponent and mantissa bits placed in fp16's read as the value times 2**(7 - 15), exactly,
+    # subnormals included; fp16 -> fp32 and the power of two are exact too.
+    half = ((byte & 0x80) << 8) | ((byte & 0x7F) << 7)
+    weight = half.to(tl.float16, bitcast=True).to(tl.float32) * 256.0
     scale = tl.load(s_ptr + (cols // scale_block_n)[None, :] * s_stride + (depth // scale_block_k)[:, None],
                     mask=mask, other=0.0)
-    return (weight.to(tl.float32) * scale).to(DTYPE)
+    return (weight * scale).to(DTYPE)
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,8 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
     out = torch.empty(rows.shape[0], weight.shape[0], dtype=x.dtype, device=x.device)
     if rows.shape[0]:
         target = device_target(x.device)
+        # Quantized by PyTorch ops, not in the kernel: Triton's interpreter casts to e4m3 wrongly,
+        # so an in-kernel quantization could not be tested off the GPU.
         activations, activation_scales = (quantize_fp8_activations(rows, scales.block_k)
                                           if fp8_tensor_cores(target) else (rows.contiguous(), None))
         fp8_gemm_launch(activations, activation_scales, weight.contiguous(), scales, out, target)()
@@ -220,6 +227,7 @@ def fp8_gemm_launch(activations: torch.Tensor, activation_scales: torch.Tensor |
     a float dtype, with no scales, run weight-only."""
     (m, k), n = activations.shape, weight.shape[0]
     fp8_dot = activations.dtype == FP8
+    weight = weight if fp8_dot else weight.view(torch.uint8)  # fp8_weight_tile reads the bits
     tiles = fp8_gemm_tiles(m, n, k, scales, activations.dtype, target)
     a_scales = activation_scales if fp8_dot else scales.scales  # never read weight-only
     return Launch(_fp8_gemm_kernel, (-(-m // tiles.block_m), -(-n // tiles.block_n)),

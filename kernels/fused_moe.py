@@ -205,8 +205,9 @@ def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor | ExpertWeights, out: t
     weights = pair_weights if pair_weights is not None else out  # never read without MUL_WEIGHTS
     scales = b.scales if b.scales is not None else b.data  # never read for dense experts
     zeros = b.zeros if b.zeros is not None else scales  # never read without HAS_ZEROS
+    data = b.data.view(torch.uint8) if b.format == "fp8" else b.data  # fp8_weight_tile reads the bits
     return Launch(_grouped_gemm_kernel, grid,
-                  (a, b.data, scales, zeros, out, weights, alignment.sorted_pairs, alignment.block_experts,
+                  (a, data, scales, zeros, out, weights, alignment.sorted_pairs, alignment.block_experts,
                    alignment.num_padded, b.n, b.k, out.shape[0], b.block_n, b.block_k, a.stride(0),
                    b.data.stride(0), b.data.stride(1), scales.stride(0), scales.stride(1), zeros.stride(0),
                    zeros.stride(1), out.stride(0)),

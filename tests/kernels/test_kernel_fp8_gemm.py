@@ -26,10 +26,14 @@ SCALINGS = {  # name: (scale shape from (n, k), block_size)
 }
 
 
+FINITE_FP8_CODES = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)  # 0x7F: NaN
+
+
 def make_fp8_weight(n: int, k: int, scaling: str, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     shape, block_size = SCALINGS[scaling]
     weight = (torch.randn(n, k, generator=gen) * 100).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    weight.view(torch.uint8).view(-1)[:254] = FINITE_FP8_CODES  # every value once, subnormals and extremes
     scale = (torch.rand(shape(n, k), generator=gen) + 0.5) / (100 * k ** 0.5)
     return {"weight": weight, "weight_scale": scale, "block_size": block_size}
 
