@@ -89,8 +89,8 @@ class ExpertWeights:
             return dequantize_fp8(self.data[expert], self.scales[expert], (self.block_n, self.block_k), dtype)
         if self.format == "int":
             zeros = self.zeros[expert] if self.zeros is not None else None
-            return dequantize_int_weight(self.data[expert], self.scales[expert].to(dtype), zeros, self.block_k,
-                                         self.bits)
+            return dequantize_int_weight(self.data[expert], self.scales[expert], zeros, self.block_k, self.bits,
+                                         dtype)
         return dequantize_mxfp4(self.data[expert], self.scales[expert], dtype)
 
     def experts(self, dtype: torch.dtype) -> Sequence[torch.Tensor]:

@@ -10,6 +10,9 @@ sorted by expert, so each expert multiplies all of its tokens at once.
   to one expert, and runs each projection as one grouped-GEMM launch; the down projection
   multiplies each row by its top-k weight in its epilogue. It reads nothing back to the host,
   so a CUDA graph can capture it.
+- Quantized experts (FP8, INT4/INT8, MXFP4; kernels/expert_weights.py) run through the same
+  grouped GEMM, each weight tile dequantized into the activations' dtype as it is loaded; their
+  reference is this module's over the experts dequantized one at a time.
 
 A pair is numbered ``token * top_k + slot``, the order of ``topk_ids.flatten()``.
 """

@@ -46,12 +46,13 @@ def unpack_int_weight(qweight: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def dequantize_int_weight(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
-                          bits: int) -> torch.Tensor:
-    """The weight [N, K] in the scales' dtype, computed in fp32 and rounded once, as the kernel does."""
+                          bits: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The weight [..., N, K] in ``dtype`` (the scales' by default), computed in fp32 and rounded
+    once, as the kernel does."""
     q = unpack_int_weight(qweight, bits).float()
     zero = zeros.float() if zeros is not None else torch.full_like(scales, 2 ** (bits - 1), dtype=torch.float32)
     weight = (q.unflatten(-1, (-1, group_size)) - zero[..., None]) * scales.float()[..., None]
-    return weight.flatten(-2).to(scales.dtype)
+    return weight.flatten(-2).to(dtype or scales.dtype)
 
 
 def int_weight_gemm_ref(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
