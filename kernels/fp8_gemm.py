@@ -28,11 +28,15 @@ from dataclasses import dataclass
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, tl
+from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile, spread_columns
 from .target import KernelTarget, device_target
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # the largest finite e4m3fn value; a cast beyond it gives NaN
 _MIN_AMAX = 1e-12  # an all-zero group gets a tiny scale, not a division by zero
+# What a dequantized tile loads per weight element, counted for the pipeline's shared memory: its
+# byte and its fp32 scale, each lane loading its own.
+TILE_BYTES_PER_WEIGHT = 1 + 4
 
 
 @dataclass(frozen=True)
@@ -129,21 +133,12 @@ def fp8_weight_tile(w_ptr, s_ptr, w_stride, s_stride, scale_block_n, scale_block
     return (weight * scale).to(DTYPE)
 
 
-@dataclass(frozen=True)
-class Fp8GemmTiles:
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
 def fp8_gemm_tiles(m: int, n: int, k: int, scales: BlockScales, activation_dtype: torch.dtype,
-                   target: KernelTarget) -> Fp8GemmTiles:
+                   target: KernelTarget) -> GemmTiles:
     """Row tiles as small as decode's few rows. With FP8 activations a K tile lies inside one scale
     group (it divides bk, DeepSeek's 128 giving 128); weight-only, 64 deep (32 in fp32)."""
-    block_m = 16 if m <= 16 else 32 if m <= 64 else 64
-    block_n = min(128 if block_m <= 32 else 64, max(16, next_power_of_2(n)))
+    block_m = row_tile(m)
+    block_n = spread_columns(column_tile(block_m, n), n, -(-m // block_m), target)
     if activation_dtype == FP8 and scales.block_k < k:
         block_k = min(128, scales.block_k & -scales.block_k)  # the largest power of two dividing bk
         if block_k < 32:  # an FP8 MMA is 32 deep
@@ -152,9 +147,9 @@ def fp8_gemm_tiles(m: int, n: int, k: int, scales: BlockScales, activation_dtype
         block_k = min(128, max(32, next_power_of_2(k)))
     else:
         block_k = min(32 if activation_dtype == torch.float32 else 64, max(16, next_power_of_2(k)))
-    stage_bytes = (block_m * activation_dtype.itemsize + block_n) * block_k
-    stages = 1 if target.interpreted else max(1, min(3, target.shared_memory // stage_bytes))
-    return Fp8GemmTiles(block_m, block_n, block_k, num_warps=4, num_stages=stages)
+    weight_bytes = 1 if activation_dtype == FP8 else TILE_BYTES_PER_WEIGHT
+    stage_bytes = (block_m * activation_dtype.itemsize + block_n * weight_bytes) * block_k
+    return GemmTiles(block_m, block_n, block_k, num_warps=4, num_stages=pipeline_stages(stage_bytes, target))
 
 
 @jit(do_not_specialize=("m",))

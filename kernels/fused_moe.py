@@ -26,8 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from ._triton import Launch, jit, next_power_of_2, tl
+from . import fp8_gemm, int_weight_gemm, mxfp4
 from .expert_weights import ExpertWeights, as_expert_weights
 from .fp8_gemm import fp8_weight_tile
+from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile
 from .int_weight_gemm import int_weight_tile
 from .mxfp4 import mxfp4_weight_tile
 from .silu_mul import silu_and_mul_ref, silu_and_mul_triton
@@ -103,24 +105,15 @@ def align_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> E
     return ExpertAlignment(sorted_pairs, block_experts.int(), padded_ends[-1:].int(), block_m)
 
 
-@dataclass(frozen=True)
-class GemmTiles:
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
 def choose_block_m(num_pairs: int, num_experts: int) -> int:
     """Row tile: small when each expert has few rows (decode), so padding wastes little."""
-    rows_per_expert = num_pairs / num_experts
-    return 16 if rows_per_expert <= 16 else 32 if rows_per_expert <= 64 else 64
+    return row_tile(-(-num_pairs // num_experts))
 
 
-# Bytes a quantized B tile loads per weight element (besides the dense dtype's own): the packed
-# value and the scale (and zero) every element gathers.
-_LOADED_BYTES = {"fp8": 1 + 4, "int": 4 + 4 + 1, "mxfp4": 1 + 1}
+_TILE_BYTES_PER_WEIGHT = {  # dense: the dtype's size
+    "fp8": fp8_gemm.TILE_BYTES_PER_WEIGHT, "int": int_weight_gemm.TILE_BYTES_PER_WEIGHT,
+    "mxfp4": mxfp4.TILE_BYTES_PER_WEIGHT,
+}
 
 
 def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget,
@@ -128,14 +121,15 @@ def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype, target: 
     """Tiles for one projection ``[rows, k] x [k, n]``, a pure function of the shapes, dtype, weight
     format and target.
 
-    fp32 tiles are half as deep. Up to three pipeline stages of A and B tiles, as many as fit the
-    target's shared memory (sm_86 gives a program 99 KiB; the interpreter needs one).
+    fp32 tiles are half as deep. Every row tile is one expert's, so there are programs enough
+    without narrowing the columns.
     """
-    block_n = min(128 if block_m <= 32 else 64, max(16, next_power_of_2(n)))
+    block_n = column_tile(block_m, n)
     block_k = min(32 if dtype == torch.float32 else 64, max(16, next_power_of_2(k)))
-    stage_bytes = (block_m * dtype.itemsize + block_n * _LOADED_BYTES.get(weight_format, dtype.itemsize)) * block_k
-    stages = 1 if target.interpreted else max(1, min(3, target.shared_memory // stage_bytes))
-    return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8, num_stages=stages)
+    weight_bytes = _TILE_BYTES_PER_WEIGHT.get(weight_format, dtype.itemsize)
+    stage_bytes = (block_m * dtype.itemsize + block_n * weight_bytes) * block_k
+    return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8,
+                     num_stages=pipeline_stages(stage_bytes, target))
 
 
 @jit(do_not_specialize=("num_pairs",))  # the step's token count: no variant per batch size

@@ -17,14 +17,16 @@ one scale per output channel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, tl
+from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile, spread_columns
 from .target import KernelTarget, device_target
 
 SUPPORTED_BITS = (4, 8)
+# What a dequantized tile loads per weight element, counted for the pipeline's shared memory: its
+# word, its scale (at most fp32) and its zero point, each lane loading its own.
+TILE_BYTES_PER_WEIGHT = 4 + 4 + 1
 
 
 def pack_int_weight(q: torch.Tensor, bits: int) -> torch.Tensor:
@@ -108,23 +110,13 @@ def int_weight_tile(q_ptr, s_ptr, z_ptr, q_stride, s_stride, z_stride, cols, dep
     return ((q - zero).to(tl.float32) * scale).to(DTYPE)
 
 
-@dataclass(frozen=True)
-class IntGemmTiles:
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
-def int_gemm_tiles(m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget) -> IntGemmTiles:
-    """Row tiles as small as decode's few rows; K tiles of 64 (32 in fp32); stages that fit shared memory."""
-    block_m = 16 if m <= 16 else 32 if m <= 64 else 64
-    block_n = min(128 if block_m <= 32 else 64, max(16, next_power_of_2(n)))
+def int_gemm_tiles(m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget) -> GemmTiles:
+    """K tiles of 64 (32 in fp32); as many stages as fit an x tile and what the weight tile loads."""
+    block_m = row_tile(m)
+    block_n = spread_columns(column_tile(block_m, n), n, -(-m // block_m), target)
     block_k = min(32 if dtype == torch.float32 else 64, max(16, next_power_of_2(k)))
-    stage_bytes = (block_m * dtype.itemsize + block_n * 4) * block_k  # an x tile and the words that unpack to W
-    stages = 1 if target.interpreted else max(1, min(3, target.shared_memory // stage_bytes))
-    return IntGemmTiles(block_m, block_n, block_k, num_warps=4, num_stages=stages)
+    stage_bytes = (block_m * dtype.itemsize + block_n * TILE_BYTES_PER_WEIGHT) * block_k
+    return GemmTiles(block_m, block_n, block_k, num_warps=4, num_stages=pipeline_stages(stage_bytes, target))
 
 
 @jit(do_not_specialize=("m",))

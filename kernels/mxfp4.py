@@ -20,6 +20,9 @@ from ._triton import jit, tl
 GROUP = 32  # values sharing one scale
 E8M0_BIAS = 127
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+# What a dequantized tile loads per weight element, counted for the pipeline's shared memory: its
+# byte and its exponent, each lane loading its own.
+TILE_BYTES_PER_WEIGHT = 1 + 1
 
 
 def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

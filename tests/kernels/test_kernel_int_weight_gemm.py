@@ -80,6 +80,17 @@ def test_triton_matches_reference(dtype, bits, symmetric, rows, n, k, group_size
     assert_close(int_weight_gemm(x, **args), int_weight_gemm_ref(x, **args))
 
 
+def test_decode_spreads_its_columns_over_every_multiprocessor():
+    from bulkinfer.kernels.int_weight_gemm import int_gemm_tiles
+    from bulkinfer.kernels.target import KNOWN_TARGETS
+
+    sm_90 = KNOWN_TARGETS["sm_90"]  # 132 multiprocessors
+    assert int_gemm_tiles(1, 4096, 4096, torch.bfloat16, sm_90).block_n == 32  # 128 programs, not 32
+    assert int_gemm_tiles(1, 16384, 4096, torch.bfloat16, sm_90).block_n == 64  # 128 would give 128 programs
+    assert int_gemm_tiles(1, 32768, 4096, torch.bfloat16, sm_90).block_n == 128
+    assert int_gemm_tiles(512, 4096, 4096, torch.bfloat16, sm_90).block_n == 64  # prefill: rows fill the GPU
+
+
 def test_mismatched_groups_are_refused():
     weight = make_int_weight(8, 64, 32, 4, symmetric=False)
     x = torch.randn(2, 64)

@@ -234,10 +234,12 @@ def _projections(shape: Shape) -> tuple[int, list[int]]:
 
 
 def int_weight_gemm_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
-    """INT4 with zeros in groups of 128 and INT8 per channel, at decode and prefill row counts."""
+    """INT4 in groups of 128 (32 where the hidden size is no multiple of 128), with and without zeros,
+    and INT8 per channel, at decode and prefill row counts."""
     hidden, (_, n) = _projections(shape)
+    group = 128 if hidden % 128 == 0 else 32
     launches = []
-    for bits, group, zeros in ((4, 128, True), (4, 128, False), (8, hidden, False)):
+    for bits, group, zeros in ((4, group, True), (4, group, False), (8, hidden, False)):
         for rows in (8, 512):
             x = torch.zeros(rows, hidden, dtype=shape.dtype)
             qweight = torch.empty(n, hidden * bits // 32, dtype=torch.int32, device="meta")
