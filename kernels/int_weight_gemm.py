@@ -111,12 +111,14 @@ def int_weight_tile(q_ptr, s_ptr, z_ptr, q_stride, s_stride, z_stride, cols, dep
 
 
 def int_gemm_tiles(m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget) -> GemmTiles:
-    """K tiles of 64 (32 in fp32); as many stages as fit an x tile and what the weight tile loads."""
+    """K tiles of 64 (32 in fp32); as many stages as fit an x tile and what the weight tile loads.
+    Prefill's 64-row tiles get 8 warps: with 4, INT4 with zeros spilled on sm_86 at two stages."""
     block_m = row_tile(m)
     block_n = spread_columns(column_tile(block_m, n), n, -(-m // block_m), target)
     block_k = min(32 if dtype == torch.float32 else 64, max(16, next_power_of_2(k)))
     stage_bytes = (block_m * dtype.itemsize + block_n * TILE_BYTES_PER_WEIGHT) * block_k
-    return GemmTiles(block_m, block_n, block_k, num_warps=4, num_stages=pipeline_stages(stage_bytes, target))
+    return GemmTiles(block_m, block_n, block_k, num_warps=8 if block_m == 64 else 4,
+                     num_stages=pipeline_stages(stage_bytes, target))
 
 
 @jit(do_not_specialize=("m",))
