@@ -11,8 +11,8 @@ sorted by expert, so each expert multiplies all of its tokens at once.
   multiplies each row by its top-k weight in its epilogue. It reads nothing back to the host,
   so a CUDA graph can capture it.
 - Quantized experts (FP8, INT4/INT8, MXFP4; kernels/expert_weights.py) run through the same
-  grouped GEMM, each weight tile dequantized into the activations' dtype as it is loaded; their
-  reference is this module's over the experts dequantized one at a time.
+  grouped GEMM, each weight tile dequantized into the activations' dtype as it is loaded; the
+  reference dequantizes them one expert at a time.
 
 A pair is numbered ``token * top_k + slot``, the order of ``topk_ids.flatten()``.
 """
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._triton import Launch, jit, next_power_of_2, tl
 from . import fp8_gemm, int_weight_gemm, mxfp4
+from ._triton import Launch, jit, next_power_of_2, tl
 from .expert_weights import ExpertWeights, as_expert_weights
 from .fp8_gemm import fp8_weight_tile
 from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile
@@ -38,14 +38,16 @@ from .target import KernelTarget, device_target
 
 def fused_moe_ref(
     x: torch.Tensor,  # [num_tokens, hidden]
-    w13: torch.Tensor | Sequence[torch.Tensor],  # [num_experts, 2 * inter, hidden]
-    w2: torch.Tensor | Sequence[torch.Tensor],  # [num_experts, hidden, inter]
+    w13: torch.Tensor | Sequence[torch.Tensor] | ExpertWeights,  # [num_experts, 2 * inter, hidden]
+    w2: torch.Tensor | Sequence[torch.Tensor] | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k], any float dtype
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
     linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear,
 ) -> torch.Tensor:  # [num_tokens, hidden]
     """``linear(rows, weight)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
-    (the CPU path passes a faster one, and per-expert weights it has packed for it)."""
+    (the CPU path passes a faster one, and per-expert weights it has packed for it). Quantized
+    experts are dequantized into x's dtype one expert at a time."""
+    w13, w2 = (w.experts(x.dtype) if isinstance(w, ExpertWeights) else w for w in (w13, w2))
     num_tokens, top_k = topk_ids.shape
     experts = topk_ids.flatten()
     order = torch.argsort(experts, stable=True)  # pairs grouped by expert
@@ -224,8 +226,7 @@ def fused_moe_triton(
 ) -> torch.Tensor:  # [num_tokens, hidden]
     """Triton version of :func:`fused_moe_ref`: align, gate/up GEMM, SiLU-and-mul, down GEMM with
     the top-k weights, then each token's sum over its slots. Quantized experts (FP8, INT4/INT8,
-    MXFP4) are dequantized a tile at a time into x's dtype inside the GEMMs; their reference is
-    :func:`fused_moe_ref` over ``ExpertWeights.experts(x.dtype)``."""
+    MXFP4) are dequantized a tile at a time into x's dtype inside the GEMMs."""
     w13, w2 = as_expert_weights(w13), as_expert_weights(w2)
     _check_inputs(x, w13, w2, topk_ids)
     num_tokens, top_k = topk_ids.shape

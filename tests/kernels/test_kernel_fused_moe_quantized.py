@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close
-from test_kernel_fused_moe import make_moe
+from test_kernel_fused_moe import dense_moe, make_moe
 from test_kernel_int_weight_gemm import make_int_weight
 from test_kernel_mxfp4 import make_mxfp4
 
@@ -54,8 +54,18 @@ def test_triton_matches_reference_over_dequantized_experts(dtype, fmt, shape):
     w13 = quantized_experts(fmt, experts, 2 * inter, hidden, dtype, seed=1)
     w2 = quantized_experts(fmt, experts, hidden, inter, dtype, seed=2)
     routing = {"topk_weights": moe["topk_weights"], "topk_ids": moe["topk_ids"]}
-    expected = fused_moe_ref(moe["x"], w13.experts(dtype), w2.experts(dtype), **routing)
+    expected = fused_moe_ref(moe["x"], w13, w2, **routing)
     assert_close(fused_moe_triton(moe["x"], w13, w2, **routing), expected)
+
+
+def test_reference_over_quantized_experts_is_the_reference_over_their_dequantized_weights():
+    moe = make_moe(9, 64, 32, num_experts=4, top_k=2, dtype=torch.float32)
+    w13 = quantized_experts("int4-asym", 4, 64, 64, torch.float32, seed=1)
+    w2 = quantized_experts("mxfp4", 4, 64, 32, torch.float32, seed=2)
+    dense = [torch.stack([w.dequantize(e, torch.float32) for e in range(4)]) for w in (w13, w2)]
+    routing = {"topk_weights": moe["topk_weights"], "topk_ids": moe["topk_ids"]}
+    torch.testing.assert_close(fused_moe_ref(moe["x"], w13, w2, **routing), dense_moe(moe["x"], *dense, **routing),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_each_expert_dequantizes_as_its_own_weight():
