@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .fp8_gemm import FP8, block_scales, dequantize_fp8
-from .int_weight_gemm import dequantize_int_weight, unpack_int_weight
+from .int_weight_gemm import dequantize_int_weight, values_per_word
 from .mxfp4 import GROUP, dequantize_mxfp4
 
 FORMATS = ("dense", "fp8", "int", "mxfp4")
@@ -63,7 +63,7 @@ class ExpertWeights:
             bits: int) -> ExpertWeights:
         """``qweight`` int32 [E, N, K * bits // 32], ``scales`` [E, N, K // group_size], ``zeros`` uint8
         [E, N, K // group_size] or None (symmetric)."""
-        k = unpack_int_weight(qweight[:1, :1], bits).shape[-1]
+        k = qweight.shape[-1] * values_per_word(bits)
         if scales.dim() != 3 or scales.shape[:2] != qweight.shape[:2] or scales.shape[2] * group_size != k \
                 or (zeros is not None and zeros.shape != scales.shape):
             raise ValueError(f"INT{bits} experts {tuple(qweight.shape)} do not match scales {tuple(scales.shape)} "

@@ -31,7 +31,7 @@ TILE_BYTES_PER_WEIGHT = 4 + 4 + 1
 
 def pack_int_weight(q: torch.Tensor, bits: int) -> torch.Tensor:
     """Unsigned values [..., K] (any integer dtype, each in [0, 2**bits)) -> int32 words [..., K * bits // 32]."""
-    per_word = _per_word(bits)
+    per_word = values_per_word(bits)
     if q.shape[-1] % per_word:
         raise ValueError(f"K = {q.shape[-1]} is not a multiple of {per_word}, the {bits}-bit values in a word")
     shifts = torch.arange(per_word, device=q.device, dtype=torch.int64) * bits
@@ -41,7 +41,7 @@ def pack_int_weight(q: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack_int_weight(qweight: torch.Tensor, bits: int) -> torch.Tensor:
     """The inverse of :func:`pack_int_weight`: int32 words [..., W] -> uint8 values [..., W * 32 // bits]."""
-    per_word = _per_word(bits)
+    per_word = values_per_word(bits)
     shifts = torch.arange(per_word, device=qweight.device, dtype=torch.int32) * bits
     values = (qweight[..., None] >> shifts) & (2 ** bits - 1)  # >> is arithmetic: the mask drops the sign bits
     return values.flatten(-2).to(torch.uint8)
@@ -65,7 +65,8 @@ def int_weight_gemm_ref(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Te
     return (x.float() @ weight.float().T).to(x.dtype)
 
 
-def _per_word(bits: int) -> int:
+def values_per_word(bits: int) -> int:
+    """8 for INT4, 4 for INT8; a ValueError for any other width."""
     if bits not in SUPPORTED_BITS:
         raise ValueError(f"integer weights of {bits} bits are not supported (only {SUPPORTED_BITS})")
     return 32 // bits
@@ -73,7 +74,7 @@ def _per_word(bits: int) -> int:
 
 def _check_inputs(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
                   group_size: int, bits: int) -> None:
-    k = qweight.shape[-1] * _per_word(bits)
+    k = qweight.shape[-1] * values_per_word(bits)
     if x.shape[-1] != k:
         raise ValueError(f"x {tuple(x.shape)} does not match a packed weight of K = {k}")
     if group_size <= 0 or k % group_size:
