@@ -10,6 +10,9 @@ sorted by expert, so each expert multiplies all of its tokens at once.
   to one expert, and runs each projection as one grouped-GEMM launch; the down projection
   multiplies each row by its top-k weight in its epilogue. It reads nothing back to the host,
   so a CUDA graph can capture it.
+- Quantized experts (FP8, INT4/INT8, MXFP4; kernels/expert_weights.py) run through the same
+  grouped GEMM, each weight tile dequantized into the activations' dtype as it is loaded; the
+  reference dequantizes them one expert at a time.
 
 A pair is numbered ``token * top_k + slot``, the order of ``topk_ids.flatten()``.
 """
@@ -22,21 +25,29 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import fp8_gemm, int_weight_gemm, mxfp4
 from ._triton import Launch, jit, next_power_of_2, tl
+from .expert_weights import ExpertWeights, as_expert_weights
+from .fp8_gemm import fp8_weight_tile
+from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile
+from .int_weight_gemm import int_weight_tile
+from .mxfp4 import mxfp4_weight_tile
 from .silu_mul import silu_and_mul_ref, silu_and_mul_triton
 from .target import KernelTarget, device_target
 
 
 def fused_moe_ref(
     x: torch.Tensor,  # [num_tokens, hidden]
-    w13: torch.Tensor | Sequence[torch.Tensor],  # [num_experts, 2 * inter, hidden]
-    w2: torch.Tensor | Sequence[torch.Tensor],  # [num_experts, hidden, inter]
+    w13: torch.Tensor | Sequence[torch.Tensor] | ExpertWeights,  # [num_experts, 2 * inter, hidden]
+    w2: torch.Tensor | Sequence[torch.Tensor] | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k], any float dtype
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
     linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear,
 ) -> torch.Tensor:  # [num_tokens, hidden]
     """``linear(rows, weight)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
-    (the CPU path passes a faster one, and per-expert weights it has packed for it)."""
+    (the CPU path passes a faster one, and per-expert weights it has packed for it). Quantized
+    experts are dequantized into x's dtype one expert at a time."""
+    w13, w2 = (w.experts(x.dtype) if isinstance(w, ExpertWeights) else w for w in (w13, w2))
     num_tokens, top_k = topk_ids.shape
     experts = topk_ids.flatten()
     order = torch.argsort(experts, stable=True)  # pairs grouped by expert
@@ -96,38 +107,39 @@ def align_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> E
     return ExpertAlignment(sorted_pairs, block_experts.int(), padded_ends[-1:].int(), block_m)
 
 
-@dataclass(frozen=True)
-class GemmTiles:
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
 def choose_block_m(num_pairs: int, num_experts: int) -> int:
     """Row tile: small when each expert has few rows (decode), so padding wastes little."""
-    rows_per_expert = num_pairs / num_experts
-    return 16 if rows_per_expert <= 16 else 32 if rows_per_expert <= 64 else 64
+    return row_tile(-(-num_pairs // num_experts))
 
 
-def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget) -> GemmTiles:
-    """Tiles for one projection ``[rows, k] x [k, n]``, a pure function of the shapes, dtype and target.
+_TILE_BYTES_PER_WEIGHT = {  # dense: the dtype's size
+    "fp8": fp8_gemm.TILE_BYTES_PER_WEIGHT, "int": int_weight_gemm.TILE_BYTES_PER_WEIGHT,
+    "mxfp4": mxfp4.TILE_BYTES_PER_WEIGHT,
+}
 
-    fp32 tiles are half as deep. Up to three pipeline stages of A and B tiles, as many as fit the
-    target's shared memory (sm_86 gives a program 99 KiB; the interpreter needs one).
+
+def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype, target: KernelTarget,
+                      weight_format: str = "dense") -> GemmTiles:
+    """Tiles for one projection ``[rows, k] x [k, n]``, a pure function of the shapes, dtype, weight
+    format and target.
+
+    fp32 tiles are half as deep. Every row tile is one expert's, so there are programs enough
+    without narrowing the columns.
     """
-    block_n = min(128 if block_m <= 32 else 64, max(16, next_power_of_2(n)))
+    block_n = column_tile(block_m, n)
     block_k = min(32 if dtype == torch.float32 else 64, max(16, next_power_of_2(k)))
-    stage_bytes = (block_m + block_n) * block_k * dtype.itemsize
-    stages = 1 if target.interpreted else max(1, min(3, target.shared_memory // stage_bytes))
-    return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8, num_stages=stages)
+    weight_bytes = _TILE_BYTES_PER_WEIGHT.get(weight_format, dtype.itemsize)
+    stage_bytes = (block_m * dtype.itemsize + block_n * weight_bytes) * block_k
+    return GemmTiles(block_m, block_n, block_k, num_warps=4 if block_m * block_n <= 4096 else 8,
+                     num_stages=pipeline_stages(stage_bytes, target))
 
 
 @jit(do_not_specialize=("num_pairs",))  # the step's token count: no variant per batch size
 def _grouped_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, pair_weights_ptr, sorted_pairs_ptr, block_experts_ptr, num_padded_ptr,
-    n, k, num_pairs, a_stride, b_stride_e, b_stride_n, c_stride,
+    a_ptr, b_ptr, b_scale_ptr, b_zero_ptr, c_ptr, pair_weights_ptr, sorted_pairs_ptr, block_experts_ptr,
+    num_padded_ptr, n, k, num_pairs, scale_block_n, scale_block_k,
+    a_stride, b_stride_e, b_stride_n, b_scale_stride_e, b_scale_stride_n, b_zero_stride_e, b_zero_stride_n, c_stride,
+    WEIGHT_FORMAT: tl.constexpr, BITS: tl.constexpr, HAS_ZEROS: tl.constexpr,
     ROWS_PER_A: tl.constexpr, MUL_WEIGHTS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -138,48 +150,68 @@ def _grouped_gemm_kernel(
     valid = pairs < num_pairs
     expert = tl.load(block_experts_ptr + tile).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    depth = tl.arange(0, BLOCK_K)
+    in_n = cols < n
     a_rows = (pairs // ROWS_PER_A).to(tl.int64)
-    a_ptrs = a_ptr + a_rows[:, None] * a_stride + depth[None, :]
-    b_ptrs = b_ptr + expert * b_stride_e + cols[None, :].to(tl.int64) * b_stride_n + depth[:, None]  # [K, N]
+    b_expert = b_ptr + expert * b_stride_e
+    scale_expert = b_scale_ptr + expert * b_scale_stride_e
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
-        in_k = depth < k - start
-        a = tl.load(a_ptrs, mask=valid[:, None] & in_k[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=in_k[:, None] & (cols < n)[None, :], other=0.0)
+        depth = start + tl.arange(0, BLOCK_K)
+        in_k = depth < k
+        a = tl.load(a_ptr + a_rows[:, None] * a_stride + depth[None, :], mask=valid[:, None] & in_k[None, :],
+                    other=0.0)
+        if WEIGHT_FORMAT == "fp8":
+            b = fp8_weight_tile(b_expert, scale_expert, b_stride_n, b_scale_stride_n, scale_block_n, scale_block_k,
+                                cols, depth, in_k, in_n, a_ptr.dtype.element_ty)
+        elif WEIGHT_FORMAT == "int":
+            b = int_weight_tile(b_expert, scale_expert, b_zero_ptr + expert * b_zero_stride_e, b_stride_n,
+                                b_scale_stride_n, b_zero_stride_n, cols, depth, in_k, in_n, scale_block_k, BITS,
+                                HAS_ZEROS, a_ptr.dtype.element_ty)
+        elif WEIGHT_FORMAT == "mxfp4":
+            b = mxfp4_weight_tile(b_expert, scale_expert, b_stride_n, b_scale_stride_n, cols, depth, in_k, in_n,
+                                  a_ptr.dtype.element_ty)
+        else:  # dense: [K, N] tile of the expert's [N, K] weight
+            b = tl.load(b_expert + cols[None, :].to(tl.int64) * b_stride_n + depth[:, None],
+                        mask=in_k[:, None] & in_n[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K
     if MUL_WEIGHTS:
         acc = acc * tl.load(pair_weights_ptr + pairs, mask=valid, other=0.0).to(tl.float32)[:, None]
     c_ptrs = c_ptr + pairs[:, None].to(tl.int64) * c_stride + cols[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & (cols < n)[None, :])
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & in_n[None, :])
 
 
-def grouped_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, alignment: ExpertAlignment,
+def grouped_gemm(a: torch.Tensor, b: torch.Tensor | ExpertWeights, out: torch.Tensor, alignment: ExpertAlignment,
                  rows_per_a: int, pair_weights: torch.Tensor | None = None) -> None:
     """``out[p] = a[p // rows_per_a] @ b[expert(p)].T`` (times ``pair_weights[p]``) for every pair p.
 
-    a [rows, k] with unit stride on k; b [num_experts, n, k] contiguous; out [num_pairs, n].
+    a [rows, k] with unit stride on k; b [num_experts, n, k] contiguous, or quantized experts whose
+    tiles are dequantized into a's dtype as they are loaded; out [num_pairs, n].
     Grid ``(capacity // block_m, cdiv(n, block_n))``: axis 0 a row tile, all of one expert's
     pairs (tiles past ``num_padded`` exit at once); axis 1 a slice of output columns.
-    Memory: each tile reads its rows of a and its expert's columns of b once, and writes its
-    rows of out; padding rows read and write nothing.
+    Memory: each tile reads its rows of a and its expert's columns of b (and their scales) once,
+    and writes its rows of out; padding rows read and write nothing.
     """
     grouped_gemm_launch(a, b, out, alignment, rows_per_a, device_target(a.device), pair_weights)()
 
 
-def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, alignment: ExpertAlignment,
-                        rows_per_a: int, target: KernelTarget, pair_weights: torch.Tensor | None = None) -> Launch:
+def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor | ExpertWeights, out: torch.Tensor,
+                        alignment: ExpertAlignment, rows_per_a: int, target: KernelTarget,
+                        pair_weights: torch.Tensor | None = None) -> Launch:
     """The launch of :func:`grouped_gemm` on ``target``, decided without a device (the compile check builds it)."""
-    n, k = b.shape[1], b.shape[2]
-    tiles = choose_gemm_tiles(alignment.block_m, n, k, a.dtype, target)
-    grid = (alignment.sorted_pairs.shape[0] // tiles.block_m, -(-n // tiles.block_n))
+    b = as_expert_weights(b)
+    tiles = choose_gemm_tiles(alignment.block_m, b.n, b.k, a.dtype, target, b.format)
+    grid = (alignment.sorted_pairs.shape[0] // tiles.block_m, -(-b.n // tiles.block_n))
     weights = pair_weights if pair_weights is not None else out  # never read without MUL_WEIGHTS
+    scales = b.scales if b.scales is not None else b.data  # never read for dense experts
+    zeros = b.zeros if b.zeros is not None else scales  # never read without HAS_ZEROS
+    data = b.data.view(torch.uint8) if b.format == "fp8" else b.data  # fp8_weight_tile reads the bits
     return Launch(_grouped_gemm_kernel, grid,
-                  (a, b, out, weights, alignment.sorted_pairs, alignment.block_experts, alignment.num_padded,
-                   n, k, out.shape[0], a.stride(0), b.stride(0), b.stride(1), out.stride(0)),
-                  {"ROWS_PER_A": rows_per_a, "MUL_WEIGHTS": pair_weights is not None, "BLOCK_M": tiles.block_m,
+                  (a, data, scales, zeros, out, weights, alignment.sorted_pairs, alignment.block_experts,
+                   alignment.num_padded, b.n, b.k, out.shape[0], b.block_n, b.block_k, a.stride(0),
+                   b.data.stride(0), b.data.stride(1), scales.stride(0), scales.stride(1), zeros.stride(0),
+                   zeros.stride(1), out.stride(0)),
+                  {"WEIGHT_FORMAT": b.format, "BITS": b.bits, "HAS_ZEROS": b.zeros is not None,
+                   "ROWS_PER_A": rows_per_a, "MUL_WEIGHTS": pair_weights is not None, "BLOCK_M": tiles.block_m,
                    "BLOCK_N": tiles.block_n, "BLOCK_K": tiles.block_k,
                    "DOT_PRECISION": "ieee" if a.dtype == torch.float32 else "tf32",
                    "num_warps": tiles.num_warps, "num_stages": tiles.num_stages})
@@ -187,36 +219,37 @@ def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, ali
 
 def fused_moe_triton(
     x: torch.Tensor,  # [num_tokens, hidden]
-    w13: torch.Tensor,  # [num_experts, 2 * inter, hidden]
-    w2: torch.Tensor,  # [num_experts, hidden, inter]
+    w13: torch.Tensor | ExpertWeights,  # [num_experts, 2 * inter, hidden]
+    w2: torch.Tensor | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k]
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
 ) -> torch.Tensor:  # [num_tokens, hidden]
     """Triton version of :func:`fused_moe_ref`: align, gate/up GEMM, SiLU-and-mul, down GEMM with
-    the top-k weights, then each token's sum over its slots."""
+    the top-k weights, then each token's sum over its slots. Quantized experts (FP8, INT4/INT8,
+    MXFP4) are dequantized a tile at a time into x's dtype inside the GEMMs."""
+    w13, w2 = as_expert_weights(w13), as_expert_weights(w2)
     _check_inputs(x, w13, w2, topk_ids)
     num_tokens, top_k = topk_ids.shape
-    num_experts, two_inter, hidden = w13.shape
     if num_tokens == 0:
         return torch.empty_like(x)
-    x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
+    x = x.contiguous()
     num_pairs = num_tokens * top_k
-    alignment = align_by_expert(topk_ids, num_experts, choose_block_m(num_pairs, num_experts))
-    gate_up = torch.empty(num_pairs, two_inter, dtype=x.dtype, device=x.device)
+    alignment = align_by_expert(topk_ids, w13.num_experts, choose_block_m(num_pairs, w13.num_experts))
+    gate_up = torch.empty(num_pairs, w13.n, dtype=x.dtype, device=x.device)
     grouped_gemm(x, w13, gate_up, alignment, rows_per_a=top_k)
-    down = torch.empty(num_pairs, hidden, dtype=x.dtype, device=x.device)
+    down = torch.empty(num_pairs, w2.n, dtype=x.dtype, device=x.device)
     grouped_gemm(silu_and_mul_triton(gate_up), w2, down, alignment, rows_per_a=1,
                  pair_weights=topk_weights.reshape(-1).float().contiguous())
-    return down.view(num_tokens, top_k, hidden).sum(1)
+    return down.view(num_tokens, top_k, w2.n).sum(1)
 
 
-def _check_inputs(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor) -> None:
-    num_experts, two_inter, hidden = w13.shape
-    if x.dim() != 2 or x.shape[1] != hidden:
-        raise ValueError(f"x {tuple(x.shape)} does not match experts of hidden size {hidden}")
-    if w2.shape != (num_experts, hidden, two_inter // 2):
-        raise ValueError(f"w2 {tuple(w2.shape)} does not match w13 {tuple(w13.shape)}")
+def _check_inputs(x: torch.Tensor, w13: ExpertWeights, w2: ExpertWeights, topk_ids: torch.Tensor) -> None:
+    if x.dim() != 2 or x.shape[1] != w13.k:
+        raise ValueError(f"x {tuple(x.shape)} does not match experts of hidden size {w13.k}")
+    if (w2.num_experts, w2.n, w2.k) != (w13.num_experts, w13.k, w13.n // 2):
+        raise ValueError(f"w2 {(w2.num_experts, w2.n, w2.k)} does not match w13 {(w13.num_experts, w13.n, w13.k)}")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != x.shape[0]:
         raise ValueError(f"topk_ids {tuple(topk_ids.shape)} does not match {x.shape[0]} tokens")
-    if x.dtype != w13.dtype or x.dtype != w2.dtype:
-        raise ValueError(f"x, w13 and w2 must share a dtype, got {x.dtype}, {w13.dtype}, {w2.dtype}")
+    dense = [w.data.dtype for w in (w13, w2) if w.format == "dense"]
+    if any(dtype != x.dtype for dtype in dense):
+        raise ValueError(f"x and dense experts must share a dtype, got {x.dtype} and {', '.join(map(str, dense))}")

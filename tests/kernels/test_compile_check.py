@@ -1,5 +1,5 @@
 """Every Triton kernel compiles for sm_80, sm_86 and sm_90 without a GPU: no compile error, shared
-memory within the target's limit, no register spill in the attention kernels.
+memory within the target's limit, no register spill.
 
 The check runs in a subprocess: this test session defines its kernels in Triton's interpreter
 when there is no GPU, and interpreted kernels cannot be compiled.
@@ -21,12 +21,13 @@ import torch
 pytest.importorskip("triton")
 
 from bulkinfer.bench.compile_check import CHECKS, FULL, QUICK, SAMPLE
+from bulkinfer.kernels.expert_weights import FORMATS
 from bulkinfer.kernels.paged_attention import attention_tiles, extend_shared_bytes
 from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supported
 
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
            "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
-           "_matmul_kernel"}
+           "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel"}
 
 
 COMPILED_ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -50,8 +51,7 @@ def check_report(report: dict, targets) -> None:
         assert compiled == KERNELS, f"{target}: {KERNELS - compiled} not compiled"
     for variant in report["kernels"]:
         assert variant["registers"] > 0 and variant["shared_bytes"] <= variant["shared_limit"]
-        if variant["attention"]:
-            assert variant["stack_bytes"] == 0 and variant["local_bytes"] == 0
+        assert variant["stack_bytes"] == 0 and variant["local_bytes"] == 0
         assert variant["num_warps"] >= 1 and variant["num_stages"] >= 1 and variant["shapes"]
 
 
@@ -60,10 +60,29 @@ def attention_flags(report: dict) -> set:
             if v["kernel"] in ("_extend_kernel", "_decode_kernel")}
 
 
+def constexpr_values(report: dict, kernel: str, name: str) -> set:
+    return {(v["target"], v["constexprs"][name]) for v in report["kernels"] if v["kernel"] == kernel}
+
+
 def test_quick_matrix_compiles(tmp_path):
     report = run_check(tmp_path / "kernels.json", "--jobs", "1")
     check_report(report, QUICK.targets)
     assert attention_flags(report) == {(False, False), (True, True)}  # plain, and windowed with a cap
+    moe_formats = constexpr_values(report, "_grouped_gemm_kernel", "WEIGHT_FORMAT")
+    assert moe_formats == {(target, fmt) for target in QUICK.targets for fmt in FORMATS}
+    # FP8 tensor cores on Hopper; the weight upcast in the kernel on Ampere
+    assert constexpr_values(report, "_fp8_gemm_kernel", "FP8_DOT") == {("sm_80", False), ("sm_90", True)}
+
+
+def test_checks_can_be_chosen(tmp_path):
+    # The FP8 GEMM alone on sm_86: weight-only there, the two scale layouts one variant per row tile.
+    report = run_check(tmp_path / "kernels.json", "--checks", "fp8_gemm", "--targets", "sm_86", "--jobs", "1")
+    assert report["checks"] == ["fp8_gemm"] and report["failures"] == 0
+    assert constexpr_values(report, "_fp8_gemm_kernel", "FP8_DOT") == {("sm_86", False)}
+    assert {v["kernel"] for v in report["kernels"]} == {"_fp8_gemm_kernel"}
+    done = subprocess.run(check_command(tmp_path / "k.json", "--checks", "fp8_gemm,nonesuch"), env=COMPILED_ENV,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "unknown checks: nonesuch" in done.stderr
 
 
 @pytest.mark.slow

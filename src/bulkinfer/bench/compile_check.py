@@ -8,15 +8,16 @@ bulkinfer.kernels.target), Triton's own argument binder adds the alignment hints
 passes, and each distinct variant is compiled once. Register and stack use come from the bundled
 ``cuobjdump --dump-resource-usage``.
 
-A variant fails on a compile error, on shared memory above its target's limit, or, for the
-attention kernels, on any spill to local memory. The report (``--out``) lists registers, spills,
+A variant fails on a compile error, on shared memory above its target's limit, or on any spill
+to local memory. The report (``--out``) lists registers, spills,
 shared memory, warps and stages per kernel variant and target.
 
 Adding a kernel: one ``KernelCheck`` entry in ``CHECKS`` whose function returns the launches its
 launcher decides for a ``Shape`` on a target. Adding a kernel option (a constexpr such as the
 attention's sliding window or softcap flags): its launches in the kernel's case function.
 
-Usage: python -m bulkinfer.bench.compile_check [--matrix quick|sample|full] [--targets sm_80,sm_90] [--out PATH] [--jobs N]
+Usage: python -m bulkinfer.bench.compile_check [--matrix quick|sample|full] [--targets sm_80,sm_90]
+       [--checks fp8_gemm,quantized_moe] [--out PATH] [--jobs N]
 (TRITON_INTERPRET must be unset: interpreted kernels cannot be compiled.)
 """
 
@@ -39,7 +40,10 @@ from pathlib import Path
 import torch
 
 from bulkinfer.kernels._triton import Launch, is_interpreted
+from bulkinfer.kernels.expert_weights import ExpertWeights
+from bulkinfer.kernels.fp8_gemm import FP8, block_scales, fp8_gemm_launch, fp8_tensor_cores
 from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
+from bulkinfer.kernels.int_weight_gemm import int_weight_gemm_launch
 from bulkinfer.kernels.matmul import matmul_launch
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
 from bulkinfer.kernels.rms_norm import rms_norm_launch
@@ -182,12 +186,95 @@ def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     return launches
 
 
+# Quantized experts, one model per format: Qwen3-30B-A3B (FP8 blocks of 128, INT4 with zeros in
+# groups of 128, INT8 per channel) and gpt-oss-20b (MXFP4, hidden and expert width 2,880).
+QUANTIZED_MOE_SHAPES = {"fp8": (2048, 768, 128, 8), "int4": (2048, 768, 128, 8), "int8": (2048, 768, 128, 8),
+                        "mxfp4": (2880, 2880, 32, 4)}
+
+
+def _quantized_experts(fmt: str, experts: int, n: int, k: int, dtype: torch.dtype) -> ExpertWeights:
+    """Meta tensors laid out as a loader stacks them: only shapes and strides count."""
+    def meta(*size, dtype):
+        return torch.empty(*size, dtype=dtype, device="meta")
+
+    if fmt == "fp8":
+        return ExpertWeights.fp8(meta(experts, n, k, dtype=FP8), meta(experts, -(-n // 128), -(-k // 128),
+                                                                       dtype=torch.float32), (128, 128))
+    if fmt == "mxfp4":
+        return ExpertWeights.mxfp4(meta(experts, n, k // 32, 16, dtype=torch.uint8),
+                                   meta(experts, n, k // 32, dtype=torch.uint8))
+    bits, group = (4, 128) if fmt == "int4" else (8, k)
+    zeros = meta(experts, n, k // group, dtype=torch.uint8) if bits == 4 else None
+    return ExpertWeights.int_weight(meta(experts, n, k * bits // 32, dtype=torch.int32),
+                                    meta(experts, n, k // group, dtype=dtype), zeros, group, bits)
+
+
+def quantized_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Both grouped GEMMs over each quantized expert format, at decode and prefill row tiles."""
+    launches = []
+    for fmt, (hidden, inter, experts, top_k) in QUANTIZED_MOE_SHAPES.items():
+        w13 = _quantized_experts(fmt, experts, 2 * inter, hidden, shape.dtype)
+        w2 = _quantized_experts(fmt, experts, hidden, inter, shape.dtype)
+        for tokens in (4, 1024):
+            ids = torch.arange(tokens * top_k).remainder(experts).view(tokens, top_k)
+            alignment = align_by_expert(ids, experts, choose_block_m(tokens * top_k, experts))
+            x = torch.zeros(tokens, hidden, dtype=shape.dtype)
+            act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
+            launches += [grouped_gemm_launch(x, w13, torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype),
+                                             alignment, top_k, target),
+                         grouped_gemm_launch(act, w2, torch.zeros(tokens * top_k, hidden, dtype=shape.dtype),
+                                             alignment, 1, target, torch.zeros(tokens * top_k))]
+    return launches
+
+
+def _projections(shape: Shape) -> tuple[int, list[int]]:
+    """The hidden size and the output widths of a layer's fused QKV and MLP gate/up projections."""
+    hidden = shape.group * KV_HEADS * shape.head_dim
+    return hidden, [(shape.group + 2) * KV_HEADS * shape.head_dim, 4 * hidden]
+
+
+def int_weight_gemm_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """INT4 in groups of 128 (32 where the hidden size is no multiple of 128), with and without zeros,
+    and INT8 per channel, at decode and prefill row counts."""
+    hidden, (_, n) = _projections(shape)
+    group = 128 if hidden % 128 == 0 else 32
+    launches = []
+    for bits, group, zeros in ((4, group, True), (4, group, False), (8, hidden, False)):
+        for rows in (8, 512):
+            x = torch.zeros(rows, hidden, dtype=shape.dtype)
+            qweight = torch.empty(n, hidden * bits // 32, dtype=torch.int32, device="meta")
+            scales = torch.empty(n, hidden // group, dtype=shape.dtype, device="meta")
+            zero = torch.empty(n, hidden // group, dtype=torch.uint8, device="meta") if zeros else None
+            launches.append(int_weight_gemm_launch(x, qweight, scales, zero, group, bits,
+                                                   torch.empty(rows, n, dtype=shape.dtype), target))
+    return launches
+
+
+def fp8_gemm_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Per-channel and 128 x 128 block scales, at decode and prefill row counts; FP8 activations
+    where the target has FP8 tensor cores, else weight-only."""
+    hidden, (_, n) = _projections(shape)
+    weight = torch.empty(n, hidden, dtype=FP8, device="meta")
+    launches = []
+    for weight_scale, block_size in ((torch.empty(n), None), (torch.empty(-(-n // 128), -(-hidden // 128)),
+                                                               (128, 128))):
+        scales = block_scales(weight, weight_scale, block_size)
+        for rows in (8, 512):
+            x = torch.zeros(rows, hidden, dtype=shape.dtype)
+            activations, activation_scales = (
+                (torch.zeros(rows, hidden, dtype=FP8), torch.zeros(rows, -(-hidden // scales.block_k)))
+                if fp8_tensor_cores(target) else (x, None))
+            launches.append(fp8_gemm_launch(activations, activation_scales, weight, scales,
+                                            torch.empty(rows, n, dtype=shape.dtype), target))
+    return launches
+
+
 def matmul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     """The batch-invariant linear layer (deterministic=True on a GPU) at this shape's projections."""
-    hidden = shape.group * KV_HEADS * shape.head_dim
+    hidden, widths = _projections(shape)
     x = torch.zeros(8, hidden, dtype=shape.dtype)
     launches = []
-    for out_features in ((shape.group + 2) * KV_HEADS * shape.head_dim, 4 * hidden):
+    for out_features in widths:
         weight = torch.empty(out_features, hidden, dtype=shape.dtype, device="meta")
         bias = torch.zeros(out_features, dtype=shape.dtype)
         launches.append(matmul_launch(x, weight, bias, torch.empty(8, out_features, dtype=shape.dtype), target))
@@ -198,17 +285,19 @@ def matmul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 class KernelCheck:
     name: str
     launches: Callable[[Shape, KernelTarget], list[Launch]]
-    attention: bool = False  # spills fail the check only for these: they dominate a step's time
 
 
 CHECKS: tuple[KernelCheck, ...] = (
-    KernelCheck("paged_attention", attention_cases, attention=True),
+    KernelCheck("paged_attention", attention_cases),
     KernelCheck("store_kv", store_kv_cases),
     KernelCheck("rotary", rotary_cases),
     KernelCheck("rms_norm", rms_norm_cases),
     KernelCheck("silu_mul", silu_mul_cases),
     KernelCheck("fused_moe", fused_moe_cases),
     KernelCheck("matmul", matmul_cases),
+    KernelCheck("int_weight_gemm", int_weight_gemm_cases),
+    KernelCheck("fp8_gemm", fp8_gemm_cases),
+    KernelCheck("quantized_moe", quantized_moe_cases),
 )
 
 
@@ -223,7 +312,6 @@ class Variant:
     kernel: str
     target: str
     check: str
-    attention: bool
     constexprs: dict
     num_warps: int
     num_stages: int
@@ -263,7 +351,7 @@ def variants(matrix: Matrix, checks: Iterable[KernelCheck] = CHECKS) -> dict[str
                     _, options, key = bind(launch, target)
                     if key not in found:
                         constexprs = {k: v for k, v in launch.options.items() if k not in ("num_warps", "num_stages")}
-                        found[key] = (Variant(launch.kernel.__name__, target.name, check.name, check.attention,
+                        found[key] = (Variant(launch.kernel.__name__, target.name, check.name,
                                               constexprs, options.num_warps, options.num_stages,
                                               shared_limit=target.shared_memory), launch)
                     found[key][0].shapes.append(shape.label)
@@ -308,7 +396,7 @@ def compile_variant(variant: Variant, launch: Launch) -> Variant:
     variant.registers, variant.stack_bytes, variant.local_bytes = resource_usage(compiled.asm["cubin"])
     if variant.shared_bytes > target.shared_memory:
         variant.problems.append(f"shared memory {variant.shared_bytes} B above the target's {target.shared_memory} B")
-    if variant.attention and (variant.stack_bytes or variant.local_bytes):
+    if variant.stack_bytes or variant.local_bytes:
         variant.problems.append(f"spills: {variant.registers} registers, {variant.stack_bytes} B stack, "
                                 f"{variant.local_bytes} B local")
     return variant
@@ -347,12 +435,13 @@ def _start_worker() -> None:
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def report(matrix: Matrix, results: list[Variant]) -> dict:
+def report(matrix: Matrix, results: list[Variant], checks: Iterable[KernelCheck] = CHECKS) -> dict:
     import triton
 
     return {
         "triton": triton.__version__,
         "targets": {name: asdict(KNOWN_TARGETS[name]) for name in matrix.targets},
+        "checks": [check.name for check in checks],
         "matrix": {"head_dims": matrix.head_dims, "groups": matrix.groups, "block_sizes": matrix.block_sizes,
                    "dtypes": [str(d).removeprefix("torch.") for d in matrix.dtypes],
                    "attention_variants (sliding_window, softcap) at head_dim >= 128": matrix.attention_variants},
@@ -368,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="quick: what the default tests compile; sample: CI's subset over every target; "
                              "full: every supported shape (default: quick)")
     parser.add_argument("--targets", help="comma-separated, from " + ", ".join(KNOWN_TARGETS))
+    parser.add_argument("--checks", help="comma-separated, from " + ", ".join(c.name for c in CHECKS) + " (default: all)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the JSON report (default: {DEFAULT_OUT})")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1) // 2), help="compiling processes")
     args = parser.parse_args(argv)
@@ -378,9 +468,15 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
         matrix = replace(matrix, targets=tuple(args.targets.split(",")))
-    results = run(matrix, args.jobs)
+    checks = CHECKS
+    if args.checks:
+        checks = tuple(c for c in CHECKS if c.name in args.checks.split(","))
+        unknown = set(args.checks.split(",")) - {c.name for c in checks}
+        if unknown:
+            parser.error(f"unknown checks: {', '.join(sorted(unknown))}")
+    results = run(matrix, args.jobs, checks)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report(matrix, results), indent=1) + "\n")
+    args.out.write_text(json.dumps(report(matrix, results, checks), indent=1) + "\n")
     for variant in results:
         for problem in variant.problems:
             print(f"FAIL {variant.target} {variant.kernel} {variant.constexprs}: {problem}", file=sys.stderr)
