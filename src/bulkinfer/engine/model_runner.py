@@ -80,8 +80,9 @@ class ModelRunner:
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
         # One [2, blocks, block_size, kv_heads, head_dim] tensor per layer: keys, then values.
-        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim), dtype=config.dtype,
-                                      device=self.device) for kv_heads, head_dim in kv_shapes]
+        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim),
+                                      dtype=config.kv_cache_dtype, device=self.device)
+                          for kv_heads, head_dim in kv_shapes]
         for layer, cache in zip(self.model.attention_layers(), self.kv_caches):
             layer.k_cache, layer.v_cache = cache
         self.decode_graphs = None
