@@ -60,10 +60,17 @@ def attention_flags(report: dict) -> set:
             if v["kernel"] in ("_extend_kernel", "_decode_kernel")}
 
 
+def fp8_kernels(report: dict, target: str) -> set:
+    """The kernels compiled for an FP8 KV cache on ``target``."""
+    return {v["kernel"] for v in report["kernels"] if v["target"] == target and v["constexprs"].get("FP8")}
+
+
 def test_quick_matrix_compiles(tmp_path):
     report = run_check(tmp_path / "kernels.json", "--jobs", "1")
     check_report(report, QUICK.targets)
     assert attention_flags(report) == {(False, False), (True, True)}  # plain, and windowed with a cap
+    for target in QUICK.targets:
+        assert fp8_kernels(report, target) == {"_extend_kernel", "_decode_kernel", "_store_kv_kernel"}
 
 
 @pytest.mark.slow
@@ -75,7 +82,10 @@ def test_sample_matrix_compiles(tmp_path):
     assert set(SAMPLE.targets) == set(FULL.targets)
     assert attention_flags(report) == {(False, False), (True, False), (False, True), (True, True)}
     shapes = {label for v in report["kernels"] for label in v["shapes"]}
-    assert len(shapes) == len(SAMPLE.head_dims) * len(SAMPLE.groups) * len(SAMPLE.block_sizes) * len(SAMPLE.dtypes)
+    assert len(shapes) == (len(SAMPLE.head_dims) * len(SAMPLE.groups) * len(SAMPLE.block_sizes) * len(SAMPLE.dtypes)
+                           * len(SAMPLE.fp8_kv))
+    for target in SAMPLE.targets:
+        assert fp8_kernels(report, target) == {"_extend_kernel", "_decode_kernel", "_store_kv_kernel"}
 
 
 def session_commands(session: int) -> dict[int, str]:
