@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from compressed_tensors.quantization import KVCacheScaleType
 from safetensors.torch import load_file, save_file
 
 from bulkinfer import LLM, SamplingParams
@@ -116,8 +117,10 @@ def with_kv_scales(source, target, scales: dict[str, float]):
 
 
 def test_checkpoint_scales_set_what_the_cache_stores(tiny_llama, tmp_path):
-    scales = {"model.layers.0.self_attn.k_scale": 4.0, "model.layers.0.self_attn.v_scale": 0.25,
-              "model.layers.1.self_attn.kv_scale": 2.0}
+    # compressed-tensors' names for layer 0 (its attention module's own parameters); the older single
+    # kv_scale, for keys and values alike, for layer 1.
+    key, value = (f"model.layers.0.self_attn.{kind.value}" for kind in (KVCacheScaleType.KEY, KVCacheScaleType.VALUE))
+    scales = {key: 4.0, value: 0.25, "model.layers.1.self_attn.kv_scale": 2.0}
     path = with_kv_scales(tiny_llama, tmp_path / "scaled", scales)
     prompt = prompts(1, 30, seed=3)
     full = LLM(str(path), max_model_len=64)
@@ -132,3 +135,13 @@ def test_checkpoint_scales_set_what_the_cache_stores(tiny_llama, tmp_path):
     for scale, fp8_rows, full_rows in ((4.0, stored[0], exact[0]), (0.25, stored[1], exact[1])):
         torch.testing.assert_close(fp8_rows.float() * scale, full_rows, rtol=1 / 16, atol=scale * 2 ** -9)
         assert not torch.allclose(fp8_rows.float(), full_rows, rtol=1 / 16, atol=2 ** -9)
+
+
+def test_modelopt_scale_names_are_read_and_a_bad_scale_is_refused(tiny_llama, tmp_path):
+    path = with_kv_scales(tiny_llama, tmp_path / "modelopt", {"model.layers.1.self_attn.k_proj.k_scale": 0.5,
+                                                             "model.layers.1.self_attn.v_proj.v_scale": 3.0})
+    layer = LLM(str(path), max_model_len=64, **FP8).runner.model.attention_layers()[1]
+    assert (layer.k_scale, layer.v_scale) == (0.5, 3.0)
+    path = with_kv_scales(tiny_llama, tmp_path / "zero", {"model.layers.0.self_attn.k_scale": 0.0})
+    with pytest.raises(ValueError, match="k_scale must be one positive scale"):
+        LLM(str(path), max_model_len=64, **FP8)
