@@ -74,11 +74,10 @@ def paged_attention_ref(
     out = torch.empty_like(query)
     variant = AttentionVariant(sliding_window, softcap)
     decode = decode or decode_ref
-    scales = {"k_scale": k_scale, "v_scale": v_scale} if fp8.is_fp8(k_cache) else {}
     for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
         rows = torch.tensor([starts[i] for i in group], device=query.device)
         out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
-                           lens[group[0]], scale, **variant.kwargs(), **scales)
+                           lens[group[0]], scale, **variant.kwargs(), k_scale=k_scale, v_scale=v_scale)
     for i, q_len in enumerate(q_lens):
         if q_len > 1:
             q = query[starts[i]:starts[i + 1]]
