@@ -177,14 +177,21 @@ for window in (1, 16, 17, 4096):
         launches = attention_launches(q, cache, cache, torch.empty_like(q), *meta, 0.1, KNOWN_TARGETS["sm_90"],
                                       num_splits=num_splits, sliding_window=window, softcap=float(window))
         windowed |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
-print(len(keys), len(windowed))
+scaled = set()
+fp8_cache = cache.to(torch.float8_e4m3fn)
+for k_scale, v_scale in ((1.0, 1.0), (0.37, 2.5), (4.0, 0.011)):
+    for num_splits in (1, 4):
+        launches = attention_launches(q, fp8_cache, fp8_cache, torch.empty_like(q), *meta, 0.1,
+                                      KNOWN_TARGETS["sm_90"], num_splits=num_splits, k_scale=k_scale, v_scale=v_scale)
+        scaled |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
+print(len(keys), len(windowed), len(scaled))
 """
 
 
 def test_new_batch_shapes_compile_nothing_new():
     # Sequence counts, block-table widths and split counts change every step, and window sizes and
     # caps from layer to layer; none may select a new compiled variant (extend, unsplit decode,
-    # split decode, merge: 4 in all, with or without a window and a cap).
+    # split decode, merge: 4 in all, with or without a window and a cap), nor an FP8 cache's scales.
     done = subprocess.run([sys.executable, "-c", _BIND_SCRIPT], env=COMPILED_ENV, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-2:] == ["4", "4"]
+    assert done.stdout.split()[-3:] == ["4", "4", "4"]
