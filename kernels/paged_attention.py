@@ -404,7 +404,8 @@ class AttentionTiles:
     stages: int
 
 
-def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, group: int = 1) -> AttentionTiles:
+def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, group: int = 1,
+                    fp8_kv: bool = False) -> AttentionTiles:
     """A pure function of the shape, dtype and target, so the compile check builds what a GPU runs.
 
     Chosen with the compile check so that no variant spills registers: the extend kernel runs 8
@@ -422,9 +423,17 @@ def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, gro
     tight = target.arch < 90 and 64 < head_dim <= 128
     # There, query groups of 5-8 heads also spill with 64 rows per program (8 tokens of 8 heads),
     # windowed or not depending on the target; 32 rows do not.
+    # Converting an FP8 cache's keys and values takes registers too. Without the changes below some
+    # variants spill 8-32 bytes: the decode kernel on sm_90 at head_dim 128 and 256 (4 warps), the
+    # windowed extend kernel on sm_86 at head_dim 256 (64 rows). With them, decode kernels of 8
+    # warps, 16 keys per step at head_dim 256 and 32 rows there on sm_80/86, none does.
     rows = 128 if wide else 32 if tight and group > 4 else 64
-    tiles = AttentionTiles(block_m=rows, block_n=64 if head_dim <= 128 else 32,
-                           extend_warps=8, decode_warps=8 if tight else 4, stages=1 if tight else 2)
+    fp8_wide_heads = fp8_kv and head_dim > 128
+    if fp8_wide_heads and target.arch < 90:
+        rows = 32
+    tiles = AttentionTiles(block_m=rows, block_n=16 if fp8_wide_heads else 64 if head_dim <= 128 else 32,
+                           extend_warps=8, decode_warps=8 if tight or (fp8_kv and head_dim > 64) else 4,
+                           stages=1 if tight else 2)
     element = torch.tensor([], dtype=dtype).element_size()
     while extend_shared_bytes(tiles, head_dim, element) > target.shared_memory:
         if tiles.stages > 1:
@@ -517,8 +526,8 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
     num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
     if num_tokens == 0 or num_seqs == 0:
         return []
-    tiles = attention_tiles(head_dim, query.dtype, target, num_heads // num_kv_heads)
     kv_fp8 = fp8.is_fp8(k_cache)
+    tiles = attention_tiles(head_dim, query.dtype, target, num_heads // num_kv_heads, kv_fp8)
     if kv_fp8:  # the kernels read e4m3 as 1/FP16_SHIFT of its value
         scale, v_scale = scale * k_scale * fp8.FP16_SHIFT, v_scale * fp8.FP16_SHIFT
     args = (query, fp8.kernel_view(k_cache), fp8.kernel_view(v_cache), out, query_start_loc, seq_lens, block_tables)
