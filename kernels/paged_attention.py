@@ -423,16 +423,18 @@ def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, gro
     tight = target.arch < 90 and 64 < head_dim <= 128
     # There, query groups of 5-8 heads also spill with 64 rows per program (8 tokens of 8 heads),
     # windowed or not depending on the target; 32 rows do not.
-    # Converting an FP8 cache's keys and values takes registers too. Without the changes below some
-    # variants spill 8-32 bytes: the decode kernel on sm_90 at head_dim 128 and 256 (4 warps), the
-    # windowed extend kernel on sm_86 at head_dim 256 (64 rows). With them, decode kernels of 8
-    # warps, 16 keys per step at head_dim 256 and 32 rows there on sm_80/86, none does.
     rows = 128 if wide else 32 if tight and group > 4 else 64
-    fp8_wide_heads = fp8_kv and head_dim > 128
-    if fp8_wide_heads and target.arch < 90:
+    block_n = 64 if head_dim <= 128 else 32
+    decode_warps = 8 if tight else 4
+    # Converting an FP8 cache's keys and values takes registers too. At head_dim 256 the windowed
+    # extend kernel spills 8-32 bytes on sm_86 with 64 rows (none with 32); on sm_90 the decode kernel
+    # spills 8-32 bytes at head_dim 128 and 256 with 4 warps or 64 keys per step (none with 8 warps
+    # and 16 keys, which the extend kernel takes too without spilling).
+    if fp8_kv and head_dim > 128 and target.arch < 90:
         rows = 32
-    tiles = AttentionTiles(block_m=rows, block_n=16 if fp8_wide_heads else 64 if head_dim <= 128 else 32,
-                           extend_warps=8, decode_warps=8 if tight or (fp8_kv and head_dim > 64) else 4,
+    elif fp8_kv and head_dim > 64 and target.arch >= 90:
+        decode_warps, block_n = 8, 16 if head_dim >= 128 else block_n
+    tiles = AttentionTiles(block_m=rows, block_n=block_n, extend_warps=8, decode_warps=decode_warps,
                            stages=1 if tight else 2)
     element = torch.tensor([], dtype=dtype).element_size()
     while extend_shared_bytes(tiles, head_dim, element) > target.shared_memory:

@@ -15,7 +15,8 @@ pytest.importorskip("triton")
 
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close, make_batch  # noqa: E402
 
-from bulkinfer.kernels.fp8 import FP8_E4M3, quantize  # noqa: E402
+from bulkinfer.kernels._triton import jit, tl  # noqa: E402
+from bulkinfer.kernels.fp8 import FP8_E4M3, FP16_SHIFT, e4m3_to_fp16, quantize  # noqa: E402
 from bulkinfer.kernels.paged_attention import paged_attention_ref, paged_attention_triton  # noqa: E402
 from bulkinfer.kernels.paged_attention_cpu import attend_compiled  # noqa: E402
 from bulkinfer.kernels.paged_attention_invariant import paged_attention_invariant  # noqa: E402
@@ -76,6 +77,22 @@ def test_reference_store_rounds_as_torch_does():
     expected_v = (rows / 3.0).clamp(-448, 448).to(FP8_E4M3)
     assert torch.equal(k_cache.view(torch.uint8).flatten(), expected_k.view(torch.uint8).flatten())
     assert torch.equal(v_cache.view(torch.uint8).flatten(), expected_v.view(torch.uint8).flatten())
+
+
+@jit
+def _read_bytes(bits_ptr, out_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(out_ptr + offsets, e4m3_to_fp16(tl.load(bits_ptr + offsets)).to(tl.float32))
+
+
+def test_kernels_read_every_e4m3_byte_as_torch_does():
+    bits = torch.arange(256, dtype=torch.uint8, device=DEVICE)
+    out = torch.empty(256, device=DEVICE)
+    _read_bytes[(1,)](bits, out, 256)
+    expected = bits.view(FP8_E4M3).float()
+    finite = ~expected.isnan()  # 0x7f and 0xff: never stored, as stores saturate at 448
+    assert torch.equal(out[finite] * FP16_SHIFT, expected[finite])
+    assert torch.equal(out[finite].signbit(), expected[finite].signbit())
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
