@@ -28,6 +28,12 @@ Both kernels honour the two variants: the window's edge is masked like the causa
 key slices wholly before a tile's window are never read, so with a window a token costs O(window);
 the cap is a tanh written with exp2. Whether each is on is a constexpr (HAS_WINDOW, SOFTCAP), so
 plain attention compiles as before; their values are runtime arguments.
+
+An FP8 cache (see fp8.py) is read with the layer's key and value scales, ``k_scale`` and
+``v_scale`` (a cache of the compute dtype ignores them). The references dequantize the rows they
+gather; the Triton kernels convert each loaded key and value to the query's dtype in registers
+and apply the scales where they cost one multiply per row: the key scale joins the score scale,
+the value scale the softmax's final division.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import fp8
 from ._triton import Launch, jit, next_power_of_2, run_all, tl
+from .fp8 import e4m3_to_fp16
 from .target import KernelTarget, device_target
 
 
@@ -57,6 +65,8 @@ def paged_attention_ref(
     sliding_window: int = 0,
     softcap: float = 0.0,
     decode: Callable | None = None,  # attention of one group of decode rows; default: decode_ref
+    k_scale: float = 1.0,  # the layer's FP8 scales; unused with a cache of the compute dtype
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
@@ -67,11 +77,12 @@ def paged_attention_ref(
     for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
         rows = torch.tensor([starts[i] for i in group], device=query.device)
         out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
-                           lens[group[0]], scale, **variant.kwargs())
+                           lens[group[0]], scale, **variant.kwargs(), k_scale=k_scale, v_scale=v_scale)
     for i, q_len in enumerate(q_lens):
         if q_len > 1:
             q = query[starts[i]:starts[i + 1]]
-            out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale, variant)
+            out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale, variant,
+                                                   k_scale, v_scale)
     return out
 
 
@@ -109,29 +120,31 @@ def _length_groups(seqs: list[int], lens: list[int], spread: float = 1.5) -> lis
     return groups
 
 
-def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """[..., max_blocks] block ids -> [..., num_tokens, num_kv_heads, head_dim] cache rows."""
+def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, scale: float,
+            dtype: torch.dtype) -> torch.Tensor:
+    """[..., max_blocks] block ids -> [..., num_tokens, num_kv_heads, head_dim] cache rows, as ``dtype``."""
     block_size = cache.shape[1]
     num_blocks = -(-num_tokens // block_size)
     blocks = cache[block_table[..., :num_blocks].long()]  # [..., num_blocks, block_size, kvh, d]
-    return blocks.flatten(-4, -3)[..., :num_tokens, :, :]
+    return fp8.read_rows(blocks.flatten(-4, -3)[..., :num_tokens, :, :], scale, dtype)
 
 
-def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0):
+def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0,
+               k_scale=1.0, v_scale=1.0):
     # q: [batch, heads, dim]; keys padded to max_len and masked past each sequence's length.
-    k = _gather(k_cache, block_tables, max_len).transpose(1, 2)  # [batch, kvh, max_len, dim]
-    v = _gather(v_cache, block_tables, max_len).transpose(1, 2)
+    k = _gather(k_cache, block_tables, max_len, k_scale, q.dtype).transpose(1, 2)  # [batch, kvh, max_len, dim]
+    v = _gather(v_cache, block_tables, max_len, v_scale, q.dtype).transpose(1, 2)
     lens = seq_lens[:, None].to(q.device)
     mask = AttentionVariant(sliding_window).visible(lens - 1, torch.arange(max_len, device=q.device))
     out = _sdpa(q.unsqueeze(2).to(k.dtype), k, v, mask[:, None], scale, softcap)
     return out.squeeze(2).to(q.dtype)
 
 
-def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionVariant()):
+def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionVariant(), k_scale=1.0, v_scale=1.0):
     # q: [q_len, heads, dim], the last q_len positions of a sequence of seq_len cached tokens.
     q_len = q.shape[0]
-    k = _gather(k_cache, block_table, seq_len).transpose(0, 1)  # [kvh, seq_len, dim]
-    v = _gather(v_cache, block_table, seq_len).transpose(0, 1)
+    k = _gather(k_cache, block_table, seq_len, k_scale, q.dtype).transpose(0, 1)  # [kvh, seq_len, dim]
+    v = _gather(v_cache, block_table, seq_len, v_scale, q.dtype).transpose(0, 1)
     mask = None
     if q_len != seq_len or variant.active:
         query_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)
@@ -169,12 +182,14 @@ _MAX_SPLITS = 16
 def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, window, qk_scale, cap,
             cache_stride_b, cache_stride_t, dims,
             HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-            MASKED: tl.constexpr, HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+            MASKED: tl.constexpr, HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            FP8: tl.constexpr):
     """Folds keys ``start .. start + BLOCK_N`` into the running base-2 softmax (m, l, acc) of q's rows.
 
     k_ptr / v_ptr point at this KV head in block 0; keys are gathered token by token through the
     block table, so BLOCK_N and the cache's block size are independent. Without MASKED every key of
     the slice must be below kv_end and visible to every row (causally and within the window).
+    With FP8 the cache holds e4m3 bytes, read as 1/256 of their value (the launcher scales for it).
     """
     pos = start + tl.arange(0, BLOCK_N)
     in_range = pos < kv_end
@@ -182,6 +197,8 @@ def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, window,
     rows = (blocks * cache_stride_b + (pos % BLOCK_SIZE) * cache_stride_t)[:, None] + dims[None, :]
     kv_mask = in_range[:, None] & (dims < HEAD_DIM)[None, :]
     k = tl.load(k_ptr + rows, mask=kv_mask, other=0.0)
+    if FP8:
+        k = e4m3_to_fp16(k).to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
     if SOFTCAP:  # cap * tanh(s), tanh(x) = 1 - 2 / (e^2x + 1): saturates to +-1 without overflow
         s = cap * (1.0 - 2.0 / (tl.exp2(s * (2.0 * 1.4426950408889634)) + 1.0))
@@ -197,6 +214,8 @@ def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, window,
     p = tl.exp2(s - shift[:, None])
     alpha = tl.exp2(m - shift)
     v = tl.load(v_ptr + rows, mask=kv_mask, other=0.0)
+    if FP8:
+        v = e4m3_to_fp16(v).to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l * alpha + tl.sum(p, 1), acc
 
@@ -205,7 +224,7 @@ def _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, kv_end, q_pos, window,
 def _attend_keys(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, head_end, full_end, kv_end, q_pos, window,
                  qk_scale, cap, cache_stride_b, cache_stride_t, dims,
                  HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                 HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                 HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8: tl.constexpr):
     """Keys ``start .. kv_end`` in BLOCK_N slices: masked before ``head_end`` (the slices the window's
     edge cuts) and from ``full_end`` (the causal diagonal, the last partial slice), unmasked between.
     Without a window the first loop is not compiled (head_end == start): plain attention keeps the
@@ -214,15 +233,15 @@ def _attend_keys(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, head_end, full_en
         for first in range(start, head_end, BLOCK_N):
             m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
                                 cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, True,
-                                SOFTCAP, DOT_PRECISION)
+                                SOFTCAP, DOT_PRECISION, FP8)
     for first in range(head_end, full_end, BLOCK_N):
         m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
                             cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, HAS_WINDOW,
-                            SOFTCAP, DOT_PRECISION)
+                            SOFTCAP, DOT_PRECISION, FP8)
     for first in range(full_end, kv_end, BLOCK_N):
         m, l, acc = _attend(q, m, l, acc, k_ptr, v_ptr, table_ptr, first, kv_end, q_pos, window, qk_scale, cap,
                             cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, HAS_WINDOW,
-                            SOFTCAP, DOT_PRECISION)
+                            SOFTCAP, DOT_PRECISION, FP8)
     return m, l, acc
 
 
@@ -230,11 +249,11 @@ def _attend_keys(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, head_end, full_en
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_heads, group, num_splits, window, qk_scale, cap, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    num_heads, group, num_splits, window, qk_scale, cap, v_scale, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SOFTCAP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, FP8: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -267,7 +286,9 @@ def _decode_kernel(
                              block_tables_ptr + seq.to(tl.int64) * table_stride, kv_start, head_end, full_end,
                              kv_end, tl.zeros([BLOCK_H], tl.int32) + seq_len - 1, window, qk_scale, cap,
                              cache_stride_b, cache_stride_t, dims, HEAD_DIM, BLOCK_SIZE, BLOCK_N, HAS_WINDOW,
-                             SOFTCAP, DOT_PRECISION)
+                             SOFTCAP, DOT_PRECISION, FP8)
+    if FP8:  # the value scale, once per row (the merge of splits is linear in it)
+        acc = acc * v_scale
     if SPLIT:
         # An empty split (a short sequence in a long batch) stores lse = -inf and zeros: it weighs nothing.
         part = (seq.to(tl.int64) * num_heads + heads) * num_splits + split
@@ -320,12 +341,12 @@ def _tile_owner(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 @jit(do_not_specialize=("num_seqs", "table_stride", "window"))
 def _extend_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    num_seqs, group, window, qk_scale, cap, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
+    num_seqs, group, window, qk_scale, cap, v_scale, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    DECODE_ROWS: tl.constexpr,
+    DECODE_ROWS: tl.constexpr, FP8: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -362,7 +383,9 @@ def _extend_kernel(
                              k_cache_ptr + kv_head * cache_stride_h, v_cache_ptr + kv_head * cache_stride_h,
                              block_tables_ptr + seq.to(tl.int64) * table_stride, start, head_end, full_end, kv_end,
                              context + tokens - q_start, window, qk_scale, cap, cache_stride_b, cache_stride_t, dims,
-                             HEAD_DIM, BLOCK_SIZE, BLOCK_N, HAS_WINDOW, SOFTCAP, DOT_PRECISION)
+                             HEAD_DIM, BLOCK_SIZE, BLOCK_N, HAS_WINDOW, SOFTCAP, DOT_PRECISION, FP8)
+    if FP8:
+        acc = acc * v_scale
     if HAS_WINDOW:  # padding rows past the sequence's last token may see no key
         l = tl.where(l > 0, l, 1.0)
     out = acc / l[:, None]
@@ -381,7 +404,8 @@ class AttentionTiles:
     stages: int
 
 
-def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, group: int = 1) -> AttentionTiles:
+def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, group: int = 1,
+                    fp8_kv: bool = False) -> AttentionTiles:
     """A pure function of the shape, dtype and target, so the compile check builds what a GPU runs.
 
     Chosen with the compile check so that no variant spills registers: the extend kernel runs 8
@@ -400,8 +424,18 @@ def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, gro
     # There, query groups of 5-8 heads also spill with 64 rows per program (8 tokens of 8 heads),
     # windowed or not depending on the target; 32 rows do not.
     rows = 128 if wide else 32 if tight and group > 4 else 64
-    tiles = AttentionTiles(block_m=rows, block_n=64 if head_dim <= 128 else 32,
-                           extend_warps=8, decode_warps=8 if tight else 4, stages=1 if tight else 2)
+    block_n = 64 if head_dim <= 128 else 32
+    decode_warps = 8 if tight else 4
+    # Converting an FP8 cache's keys and values takes registers too. At head_dim 256 the windowed
+    # extend kernel spills 8-32 bytes on sm_86 with 64 rows (none with 32); on sm_90 the decode kernel
+    # spills 8-32 bytes at head_dim 128 and 256 with 4 warps or 64 keys per step (none with 8 warps
+    # and 16 keys, which the extend kernel takes too without spilling).
+    if fp8_kv and head_dim > 128 and target.arch < 90:
+        rows = 32
+    elif fp8_kv and head_dim > 64 and target.arch >= 90:
+        decode_warps, block_n = 8, 16 if head_dim >= 128 else block_n
+    tiles = AttentionTiles(block_m=rows, block_n=block_n, extend_warps=8, decode_warps=decode_warps,
+                           stages=1 if tight else 2)
     element = torch.tensor([], dtype=dtype).element_size()
     while extend_shared_bytes(tiles, head_dim, element) > target.shared_memory:
         if tiles.stages > 1:
@@ -449,6 +483,8 @@ def paged_attention_triton(
     softcap: float = 0.0,
     num_splits: int | None = None,
     batch_invariant: bool = False,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Triton version of :func:`paged_attention_ref`; reads no tensor back to the host.
 
@@ -477,26 +513,33 @@ def paged_attention_triton(
     run_all(attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale,
                                device_target(query.device), max_query_len=max_query_len,
                                max_seq_len=max_seq_len, min_query_len=min_query_len, sliding_window=sliding_window,
-                               softcap=softcap, num_splits=num_splits, batch_invariant=batch_invariant))
+                               softcap=softcap, num_splits=num_splits, batch_invariant=batch_invariant,
+                               k_scale=k_scale, v_scale=v_scale))
     return out
 
 
 def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables, scale: float,
                        target: KernelTarget, *, max_query_len: int | None = None, max_seq_len: int | None = None,
                        min_query_len: int | None = None, sliding_window: int = 0, softcap: float = 0.0,
-                       num_splits: int | None = None, batch_invariant: bool = False) -> list[Launch]:
+                       num_splits: int | None = None, batch_invariant: bool = False, k_scale: float = 1.0,
+                       v_scale: float = 1.0) -> list[Launch]:
     """The launches that compute ``out``, for ``target``; allocates the split buffers, runs nothing."""
     num_tokens, num_heads, head_dim = query.shape
     num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
     if num_tokens == 0 or num_seqs == 0:
         return []
-    tiles = attention_tiles(head_dim, query.dtype, target, num_heads // num_kv_heads)
-    args = (query, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables)
-    strides = (*_score_args(scale, sliding_window, softcap), query.stride(0), query.stride(1), out.stride(0),
-               out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
+    kv_fp8 = fp8.is_fp8(k_cache)
+    tiles = attention_tiles(head_dim, query.dtype, target, num_heads // num_kv_heads, kv_fp8)
+    if kv_fp8:  # the kernels read e4m3 as 1/FP16_SHIFT of its value
+        scale, v_scale = scale * k_scale * fp8.FP16_SHIFT, v_scale * fp8.FP16_SHIFT
+    args = (query, fp8.kernel_view(k_cache), fp8.kernel_view(v_cache), out, query_start_loc, seq_lens, block_tables)
+    strides = (*_score_args(scale, sliding_window, softcap), float(v_scale), query.stride(0), query.stride(1),
+               out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+               block_tables.stride(0))
     shape = {"HEAD_DIM": head_dim, "BLOCK_SIZE": block_size, "BLOCK_N": tiles.block_n,
              "HAS_WINDOW": sliding_window > 0, "SOFTCAP": softcap > 0,
-             "BLOCK_D": next_power_of_2(head_dim), "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32"}
+             "BLOCK_D": next_power_of_2(head_dim), "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32",
+             "FP8": kv_fp8}
     group = num_heads // num_kv_heads
     launches = []
     if batch_invariant or max_query_len is None or max_query_len > 1:
@@ -543,7 +586,7 @@ def _check_inputs(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim or num_heads % k_cache.shape[2]:
         raise ValueError(f"query {tuple(query.shape)} does not fit the KV cache {tuple(k_cache.shape)} / "
                          f"{tuple(v_cache.shape)}: head sizes must match and heads divide by KV heads")
-    if not (query.dtype == k_cache.dtype == v_cache.dtype):
+    if k_cache.dtype != v_cache.dtype or not (fp8.is_fp8(k_cache) or query.dtype == k_cache.dtype):
         raise ValueError(f"query and KV cache dtypes differ: {query.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(-1) == 1):
         raise ValueError("the KV cache must be contiguous and block_tables rows unit-strided")

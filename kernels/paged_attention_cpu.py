@@ -14,6 +14,10 @@ compile (no C++ compiler) keeps it too, after one warning.
 
 A sliding window and a soft-cap (see paged_attention.py) are part of the compiled kernel, one
 compile per distinct pair; keys before a window are masked rather than skipped (they cost reads).
+
+An FP8 cache is read by the same compiled loops, each key and value converted as it is loaded; the
+layer's scales are applied outside them (the key scale to the queries, the value scale to the
+output), so layers with different scales share one compile.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 
 import torch
 
+from .fp8 import is_fp8
 from .paged_attention import decode_ref, paged_attention_ref
 
 logger = logging.getLogger(__name__)
@@ -62,13 +67,17 @@ def _compiled():
     return torch.compile(_attend)
 
 
-def attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0):
+def attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0,
+                    k_scale=1.0, v_scale=1.0):
     """``decode_ref``'s contract, always through the compiled kernel (one compile per window and cap)."""
     tables = block_tables[:, :-(-max_len // k_cache.shape[1])].contiguous()
-    for tensor in (q, tables, seq_lens, k_cache, v_cache):
+    kv_fp8 = is_fp8(k_cache)
+    queries = q.float() * k_scale if kv_fp8 else q
+    for tensor in (queries, tables, seq_lens, k_cache, v_cache):
         torch._dynamo.maybe_mark_dynamic(tensor, 0)
     torch._dynamo.maybe_mark_dynamic(tables, 1)
-    return _compiled()(q, k_cache, v_cache, tables, seq_lens, scale, sliding_window, softcap).to(q.dtype)
+    out = _compiled()(queries, k_cache, v_cache, tables, seq_lens, scale, sliding_window, softcap)
+    return (out * v_scale if kv_fp8 else out).to(q.dtype)
 
 
 _broken = False  # set when Inductor cannot compile here

@@ -16,11 +16,15 @@ A sliding window and a soft-cap (see paged_attention.py) change only the mask an
 a window, each call starts at the first block any of its tiles' windows reaches: blocks before a
 token's own window are fully masked for it and add exact zeros, so where the fold starts does not
 change its bits.
+
+An FP8 cache's blocks are dequantized as they are read, with the layer's scales (see fp8.py).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .fp8 import read_rows
 
 TILE = 4  # new tokens per tile: a decode row pads 3 rows, not 15
 TILES_PER_CALL = 32  # tiles per batched matmul, padded: one shape for every call
@@ -37,6 +41,8 @@ def paged_attention_invariant(
     *,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    k_scale: float = 1.0,  # the layer's FP8 scales; unused with a cache of the compute dtype
+    v_scale: float = 1.0,
     **hints,  # the launch hints of paged_attention_ref; nothing here depends on them
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     num_tokens, num_heads, head_dim = query.shape
@@ -60,7 +66,7 @@ def paged_attention_invariant(
     row_positions = positions_t.repeat_interleave(group, dim=1)[:, None, :, None]  # [tiles, 1, TILE*group, 1]
     calls = [slice(i, i + TILES_PER_CALL) for i in range(0, q.shape[0], TILES_PER_CALL)]
     out = torch.cat([_fold(q[c], row_positions[c], tables[c], range(int(first_blocks[c].min()), int(blocks[c].max())),
-                           k_cache, v_cache, scale, sliding_window, softcap) for c in calls])
+                           k_cache, v_cache, scale, sliding_window, softcap, k_scale, v_scale) for c in calls])
     out = out.view(-1, kv_heads, TILE, group, head_dim).permute(0, 2, 1, 3, 4).reshape(-1, num_heads, head_dim)
     result = torch.empty_like(query)
     real = rows_t.view(-1) < num_tokens
@@ -70,7 +76,7 @@ def paged_attention_invariant(
 
 def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, blocks: range,
           k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, sliding_window: int = 0,
-          softcap: float = 0.0) -> torch.Tensor:
+          softcap: float = 0.0, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """Attention of up to TILES_PER_CALL tiles, padded to exactly that many: every batched matmul
     then has one shape, and CPU BLAS picks its kernel by the batch's size too."""
     count = q.shape[0]
@@ -86,7 +92,8 @@ def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, bl
     slots = torch.arange(block_size, device=q.device)
     for block in blocks:
         ids = tables[:, block]
-        k = k_cache[ids].float().permute(0, 2, 3, 1).contiguous()  # [tiles, kv_heads, dim, block_size]
+        k = read_rows(k_cache[ids], k_scale, torch.float32)
+        k = k.permute(0, 2, 3, 1).contiguous()  # [tiles, kv_heads, dim, block_size]
         scores = torch.matmul(q, k) * scale  # [tiles, kv_heads, TILE * group, block_size]
         if softcap:
             scores = softcap * torch.tanh(scores / softcap)
@@ -99,7 +106,8 @@ def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, bl
         shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
         p = (scores - shift[..., None]).exp()
         alpha = (m - shift).exp()
-        v = v_cache[ids].float().permute(0, 2, 1, 3).contiguous()  # [tiles, kv_heads, block_size, dim]
+        v = read_rows(v_cache[ids], v_scale, torch.float32)
+        v = v.permute(0, 2, 1, 3).contiguous()  # [tiles, kv_heads, block_size, dim]
         l = l * alpha + p.sum(-1)
         acc = acc * alpha[..., None] + torch.matmul(p, v)
         m = m_new

@@ -3,13 +3,18 @@
 Cache layout (all kernels share it): ``[num_blocks, block_size, num_kv_heads, head_dim]`` for keys
 and for values. A token's slot is ``block_id * block_size + offset``; slot -1 marks a padding token
 that must not be written.
+
+An FP8 cache (see fp8.py) stores ``clamp(x / scale, -448, 448)`` as e4m3, with the layer's key and
+value scales; a cache of the compute dtype ignores them.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import fp8
 from ._triton import Launch, jit, next_power_of_2, tl
+from .fp8 import e4m3_bits
 
 
 def store_kv_ref(
@@ -18,20 +23,29 @@ def store_kv_ref(
     k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [num_tokens] int64
+    *,
+    k_scale: float = 1.0,  # the layer's FP8 scales; unused by a cache of the compute dtype
+    v_scale: float = 1.0,
 ) -> None:
     if bool((slot_mapping < 0).any()):  # padding is rare; masking costs a copy of every row
         keep = slot_mapping >= 0
         key, value, slot_mapping = key[keep], value[keep], slot_mapping[keep]
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+    _write_rows(k_cache, slot_mapping, key, k_scale)
+    _write_rows(v_cache, slot_mapping, value, v_scale)
+
+
+def _write_rows(cache: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor, scale: float) -> None:
+    if fp8.is_fp8(cache):  # PyTorch has no index_copy_ for float8 on the CPU: its bytes are copied
+        cache, rows = cache.view(torch.uint8), fp8.quantize(rows, scale).view(torch.uint8)
+    cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, rows.to(cache.dtype))
 
 
 @jit
 def _store_kv_kernel(
     key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-    key_stride_t, key_stride_h, value_stride_t, value_stride_h,
+    key_stride_t, key_stride_h, value_stride_t, value_stride_h, k_scale, v_scale,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, FP8: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + token).to(tl.int64)
@@ -43,8 +57,12 @@ def _store_kv_kernel(
     key = tl.load(key_ptr + token * key_stride_t + heads * key_stride_h + dims, mask=mask)
     value = tl.load(value_ptr + token * value_stride_t + heads * value_stride_h + dims, mask=mask)
     dst = slot * (NUM_KV_HEADS * HEAD_DIM) + heads * HEAD_DIM + dims
-    tl.store(k_cache_ptr + dst, key.to(k_cache_ptr.dtype.element_ty), mask=mask)
-    tl.store(v_cache_ptr + dst, value.to(v_cache_ptr.dtype.element_ty), mask=mask)
+    if FP8:  # the cache's bytes: e4m3 of the scaled-down values
+        tl.store(k_cache_ptr + dst, e4m3_bits(key.to(tl.float32) / k_scale), mask=mask)
+        tl.store(v_cache_ptr + dst, e4m3_bits(value.to(tl.float32) / v_scale), mask=mask)
+    else:
+        tl.store(k_cache_ptr + dst, key.to(k_cache_ptr.dtype.element_ty), mask=mask)
+        tl.store(v_cache_ptr + dst, value.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
 def store_kv_triton(
@@ -53,6 +71,9 @@ def store_kv_triton(
     k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], contiguous
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [num_tokens] int32 or int64
+    *,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """Triton version of :func:`store_kv_ref`.
 
@@ -65,18 +86,18 @@ def store_kv_triton(
         return
     _check_cache(k_cache, v_cache, num_kv_heads, head_dim)
     key, value = _unit_stride(key), _unit_stride(value)
-    store_kv_launch(key, value, k_cache, v_cache, slot_mapping)()
+    store_kv_launch(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)()
 
 
 def store_kv_launch(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    slot_mapping: torch.Tensor) -> Launch:
+                    slot_mapping: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> Launch:
     """The launch that stores ``key`` and ``value`` (unit stride on head_dim), decided without a device."""
     num_tokens, num_kv_heads, head_dim = key.shape
     return Launch(_store_kv_kernel, (num_tokens,),
-                  (key, value, k_cache, v_cache, slot_mapping, key.stride(0), key.stride(1), value.stride(0),
-                   value.stride(1)),
+                  (key, value, fp8.kernel_view(k_cache), fp8.kernel_view(v_cache), slot_mapping, key.stride(0),
+                   key.stride(1), value.stride(0), value.stride(1), float(k_scale), float(v_scale)),
                   {"NUM_KV_HEADS": num_kv_heads, "HEAD_DIM": head_dim, "BLOCK_H": next_power_of_2(num_kv_heads),
-                   "BLOCK_D": next_power_of_2(head_dim)})
+                   "BLOCK_D": next_power_of_2(head_dim), "FP8": fp8.is_fp8(k_cache)})
 
 
 def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, num_kv_heads: int, head_dim: int) -> None:

@@ -16,15 +16,17 @@ def _multiplied_weights(llm: LLM) -> int:
                if name.endswith("proj.weight") or name.startswith("lm_head"))
 
 
+@pytest.mark.parametrize("kv_cache_dtype,kv_element_bytes", [("auto", 4), ("fp8_e4m3", 1)])
 @pytest.mark.parametrize("steps", [1, 5])
-def test_the_probe_counts_weights_once_and_every_cached_token_per_step(tiny_llama, monkeypatch, steps):
+def test_the_probe_counts_weights_once_and_every_cached_token_per_step(tiny_llama, monkeypatch, steps,
+                                                                       kv_cache_dtype, kv_element_bytes):
     batch, prompt = 6, 40  # one prefill step for all six, then one step of decodes alone, then the timed ones
     monkeypatch.setitem(decode_floor.PROBE_SIZES, "cpu", (batch, prompt, steps))
-    llm = LLM(str(tiny_llama), max_model_len=256)
+    llm = LLM(str(tiny_llama), max_model_len=256, kv_cache_dtype=kv_cache_dtype)
     probe = decode_floor.probe_decode(llm)
     assert (probe.batch, probe.prompt_tokens, probe.steps) == (batch, prompt, steps)
     config = llm.model_config
-    kv_bytes_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 4  # fp32 keys and values
+    kv_bytes_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * kv_element_bytes
     # Before timed step j each sequence holds its prompt and 2 + j tokens: the first from its prefill,
     # one from the untimed decode step, j from the timed ones; step j stores and reads the last of them.
     cached = sum(batch * (prompt + 2 + j) for j in range(steps))

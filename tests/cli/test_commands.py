@@ -29,6 +29,17 @@ def test_inspect_counts_tokens_bins_and_estimates_cost(capsys) -> None:
         assert part in out, part
 
 
+def test_inspect_shows_the_kv_bytes_per_token_of_the_cache_dtype(capsys) -> None:
+    config = json.loads((Path(DEMO_MODEL) / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    elements = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim
+    for flags, expected in (([], f"float32, {4 * elements:,} bytes per token"),
+                            (["--kv-cache-dtype", "fp8_e4m3"], f"float8_e4m3fn, {elements:,} bytes per token")):
+        code, out, err = invoke(capsys, "inspect", DATA / "addition.jsonl", "--model", DEMO_MODEL, *flags)
+        assert code == 0, err
+        assert "KV cache" in out and expected in out, out
+
+
 def test_inspect_without_a_model_counts_characters_of_chat_messages(capsys) -> None:
     code, out, err = invoke(capsys, "inspect", DATA / "synthetic-seeds.jsonl", "--messages-column", "messages")
     assert code == 0, err

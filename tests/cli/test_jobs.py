@@ -46,6 +46,20 @@ def test_demo_job_through_transformers_code_is_as_accurate(capsys, tmp_path: Pat
     assert json.loads((tmp_path / "out" / "stats.json").read_text())["model_impl"] == "transformers"
 
 
+def test_demo_job_on_an_fp8_kv_cache_is_as_accurate_and_reports_its_kv_bytes(capsys, tmp_path: Path) -> None:
+    subset = _addition_subset(tmp_path / "addition.jsonl", 40)
+    code, out, err = invoke(capsys, "run", "jobs/demo.toml", "--input", subset, "--output", tmp_path / "out",
+                            "--kv-cache-dtype", "fp8_e4m3")
+    assert code == 0, err
+    rows = exported(capsys, tmp_path / "out")
+    assert sum(row["generated_text"] == row["answer"] for row in rows) / len(rows) >= 0.95
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    model = json.loads((REPO / "examples" / "demo-model" / "config.json").read_text())
+    head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
+    elements = 2 * model["num_hidden_layers"] * model["num_key_value_heads"] * head_dim
+    assert stats["kv_cache_dtype"] == "float8_e4m3fn" and stats["kv_bytes_per_token"] == elements  # a byte each
+
+
 def test_eval_suite_job_answers_every_task(capsys, tmp_path: Path) -> None:
     code, _, err = invoke(capsys, "run", "jobs/eval-suite.toml", "--output", tmp_path / "out")
     assert code == 0, err

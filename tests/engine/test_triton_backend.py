@@ -9,13 +9,15 @@ from bulkinfer import LLM, SamplingParams
 pytest.importorskip("triton")
 
 
-def test_triton_path_gives_the_torch_paths_greedy_tokens(checkpoint_factory):
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_triton_path_gives_the_torch_paths_greedy_tokens(checkpoint_factory, kv_cache_dtype):
     path = checkpoint_factory("qwen3")  # q/k norm and a head_dim unlike hidden/heads
     shared = list(range(10, 30))
     prompts = [shared + [40 + i] * (i + 1) for i in range(3)] + [[7, 8, 9]]
     params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     # A 16-token budget splits the 21+ token prompts into chunks; the second pass hits the cache.
-    settings = dict(max_model_len=64, num_kv_blocks=24, block_size=8, max_num_batched_tokens=16)
+    settings = dict(max_model_len=64, num_kv_blocks=24, block_size=8, max_num_batched_tokens=16,
+                    kv_cache_dtype=kv_cache_dtype)
     triton = LLM(str(path), attention_backend="triton", **settings)
     assert triton.runner.ops.name == "triton"
     first = [o.outputs[0].token_ids for o in triton.generate(prompts, params, use_tqdm=False)]
@@ -38,13 +40,15 @@ def test_mixture_of_experts_through_the_fused_moe_kernel_gives_the_torch_paths_t
     assert got == [o.outputs[0].token_ids for o in torch_llm.generate(prompts, params, use_tqdm=False)]
 
 
-def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_factory):
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_factory, kv_cache_dtype):
     """Gemma 2 through transformers' code on the Triton kernels: 8-token windows on alternate layers and
     attention soft-capping, over 30-token prompts taken in chunks; tokens and logprobs as the torch path's."""
     path = checkpoint_factory("gemma2")
     prompts = [list(range(10, 40)), list(range(50, 61))]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
-    settings = dict(model_impl="transformers", max_model_len=64, block_size=8, max_num_batched_tokens=16)
+    settings = dict(model_impl="transformers", max_model_len=64, block_size=8, max_num_batched_tokens=16,
+                    kv_cache_dtype=kv_cache_dtype)
     got, expected = (LLM(str(path), attention_backend=backend, **settings).generate(prompts, params, use_tqdm=False)
                      for backend in ("triton", "torch"))
     for a, b in zip(got, expected):

@@ -64,6 +64,11 @@ def constexpr_values(report: dict, kernel: str, name: str) -> set:
     return {(v["target"], v["constexprs"][name]) for v in report["kernels"] if v["kernel"] == kernel}
 
 
+def fp8_kernels(report: dict, target: str) -> set:
+    """The kernels compiled for an FP8 KV cache on ``target``."""
+    return {v["kernel"] for v in report["kernels"] if v["target"] == target and v["constexprs"].get("FP8")}
+
+
 def test_quick_matrix_compiles(tmp_path):
     report = run_check(tmp_path / "kernels.json", "--jobs", "1")
     check_report(report, QUICK.targets)
@@ -72,6 +77,8 @@ def test_quick_matrix_compiles(tmp_path):
     assert moe_formats == {(target, fmt) for target in QUICK.targets for fmt in FORMATS}
     # FP8 tensor cores on Hopper; the weight upcast in the kernel on Ampere
     assert constexpr_values(report, "_fp8_gemm_kernel", "FP8_DOT") == {("sm_80", False), ("sm_90", True)}
+    for target in QUICK.targets:
+        assert fp8_kernels(report, target) == {"_extend_kernel", "_decode_kernel", "_store_kv_kernel"}
 
 
 def test_checks_can_be_chosen(tmp_path):
@@ -94,7 +101,10 @@ def test_sample_matrix_compiles(tmp_path):
     assert set(SAMPLE.targets) == set(FULL.targets)
     assert attention_flags(report) == {(False, False), (True, False), (False, True), (True, True)}
     shapes = {label for v in report["kernels"] for label in v["shapes"]}
-    assert len(shapes) == len(SAMPLE.head_dims) * len(SAMPLE.groups) * len(SAMPLE.block_sizes) * len(SAMPLE.dtypes)
+    assert len(shapes) == (len(SAMPLE.head_dims) * len(SAMPLE.groups) * len(SAMPLE.block_sizes) * len(SAMPLE.dtypes)
+                           * len(SAMPLE.fp8_kv))
+    for target in SAMPLE.targets:
+        assert fp8_kernels(report, target) == {"_extend_kernel", "_decode_kernel", "_store_kv_kernel"}
 
 
 def session_commands(session: int) -> dict[int, str]:
@@ -186,14 +196,21 @@ for window in (1, 16, 17, 4096):
         launches = attention_launches(q, cache, cache, torch.empty_like(q), *meta, 0.1, KNOWN_TARGETS["sm_90"],
                                       num_splits=num_splits, sliding_window=window, softcap=float(window))
         windowed |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
-print(len(keys), len(windowed))
+scaled = set()
+fp8_cache = cache.to(torch.float8_e4m3fn)
+for k_scale, v_scale in ((1.0, 1.0), (0.37, 2.5), (4.0, 0.011)):
+    for num_splits in (1, 4):
+        launches = attention_launches(q, fp8_cache, fp8_cache, torch.empty_like(q), *meta, 0.1,
+                                      KNOWN_TARGETS["sm_90"], num_splits=num_splits, k_scale=k_scale, v_scale=v_scale)
+        scaled |= {bind(launch, KNOWN_TARGETS["sm_90"])[2] for launch in launches}
+print(len(keys), len(windowed), len(scaled))
 """
 
 
 def test_new_batch_shapes_compile_nothing_new():
     # Sequence counts, block-table widths and split counts change every step, and window sizes and
     # caps from layer to layer; none may select a new compiled variant (extend, unsplit decode,
-    # split decode, merge: 4 in all, with or without a window and a cap).
+    # split decode, merge: 4 in all, with or without a window and a cap), nor an FP8 cache's scales.
     done = subprocess.run([sys.executable, "-c", _BIND_SCRIPT], env=COMPILED_ENV, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-2:] == ["4", "4"]
+    assert done.stdout.split()[-3:] == ["4", "4", "4"]

@@ -63,10 +63,12 @@ class Shape:
     block_size: int  # tokens per KV-cache block
     dtype: torch.dtype
     attention_variants: tuple[tuple[int, float], ...] = ((0, 0.0),)  # (sliding_window, softcap) pairs
+    fp8_kv: bool = False  # the KV cache in e4m3 (kv_cache_dtype="fp8_e4m3") rather than in dtype
 
     @property
     def label(self) -> str:
-        return f"d{self.head_dim}-g{self.group}-b{self.block_size}-{str(self.dtype).removeprefix('torch.')}"
+        kv = "-kv_fp8" if self.fp8_kv else ""
+        return f"d{self.head_dim}-g{self.group}-b{self.block_size}-{str(self.dtype).removeprefix('torch.')}{kv}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class Matrix:
     # (Mistral and Qwen2: 128; Gemma 2 and 3: 256); plain attention elsewhere. Only whether each
     # is on makes a variant: the values are runtime arguments of the kernels.
     attention_variants: tuple[tuple[int, float], ...] = ((0, 0.0), (4096, 0.0), (0, 50.0), (4096, 50.0))
+    # Both KV caches everywhere: the FP8 one converts e4m3 with integer operations on every target.
+    fp8_kv: tuple[bool, ...] = (False, True)
 
     def shapes(self, target: KernelTarget) -> Iterable[Shape]:
         for head_dim in self.head_dims:
@@ -87,7 +91,8 @@ class Matrix:
             for group in self.groups:
                 for block_size in self.block_sizes:
                     for dtype in self.dtypes:
-                        yield Shape(head_dim, group, block_size, dtype, variants)
+                        for fp8_kv in self.fp8_kv:
+                            yield Shape(head_dim, group, block_size, dtype, variants, fp8_kv)
 
 
 FULL = Matrix(("sm_80", "sm_86", "sm_90"), (64, 80, 96, 128, 256), tuple(range(1, 9)), (16, 32),
@@ -116,7 +121,8 @@ def _qkv(shape: Shape, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def _cache(shape: Shape) -> torch.Tensor:
-    return torch.zeros(4, shape.block_size, KV_HEADS, shape.head_dim, dtype=shape.dtype)
+    dtype = torch.float8_e4m3fn if shape.fp8_kv else shape.dtype
+    return torch.zeros(4, shape.block_size, KV_HEADS, shape.head_dim, dtype=dtype)
 
 
 def attention_cases(shape: Shape, target: KernelTarget) -> list[Launch]:

@@ -93,5 +93,4 @@ def _weight_bytes(llm) -> int:
 
 
 def _kv_bytes_per_token(llm) -> int:
-    model = llm.model_config
-    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * llm.config.dtype.itemsize
+    return llm.stats.kv_bytes_per_token  # the cache's own dtype: one byte per element with fp8_e4m3

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from bulkinfer.cli.histogram import histogram_table, length_bins
 from bulkinfer.cli.jobfile import read_json_files
+from bulkinfer.cli.kv_footprint import kv_cache_line
 from bulkinfer.cli.metrics import duration
 from bulkinfer.cli.options import given_options, option_parameters
 from bulkinfer.cli.run import run_settings
@@ -37,7 +38,7 @@ class Survey:
 
 # The job settings that change what inspect counts; with the same flags and help as `run`.
 JOB_SETTINGS = ("prompt_column", "messages_column", "system_prompt", "chat_template", "chat_template_kwargs", "tools",
-                "tokenizer", "revision", "input_format", "max_tokens", "n")
+                "tokenizer", "revision", "input_format", "max_tokens", "n", "dtype", "kv_cache_dtype", "model_impl")
 
 
 @dataclass
@@ -75,6 +76,8 @@ def inspect_command(input: list[str], **options: Any) -> int:
     console.print(_overview(sources, survey))
     console.print(histogram_table(length_bins(survey.lengths), "tokens" if model else "characters"))
     console.print(_estimate(survey, config, model is not None, hourly_cost, output_tok_s))
+    if model:
+        console.print(_model_table(model, config))
     return 0
 
 
@@ -126,6 +129,12 @@ def _overview(sources: list[Source], survey: Survey) -> Table:
     table.add_row("rows", f"{len(survey.lengths) + survey.unusable:,} ({survey.unusable:,} would be error rows)")
     for source in sources:
         table.add_row(f"columns of {source.name}", ", ".join(sorted(columns_of(source) or [])) or "none")
+    return table
+
+
+def _model_table(model: str, config: JobConfig) -> Table:
+    table = Table(title="model", title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_row("KV cache", kv_cache_line(model, config.engine))
     return table
 
 

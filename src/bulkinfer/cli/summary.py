@@ -38,6 +38,8 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "preemptions": m.preemptions,
         "prefix_cache_hit_rate": round(m.prefix_cache_hit_rate, 4),
         "model_impl": last.engine_stats.model_impl,
+        "kv_cache_dtype": last.engine_stats.kv_cache_dtype,
+        "kv_bytes_per_token": last.engine_stats.kv_bytes_per_token,
         "settings": config.settings(),
     }
     if hourly_cost is not None:
@@ -67,6 +69,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_column(justify="right")
     table.add_row("rows", f"{stats['rows_done']:,} of {stats['rows_total']:,} ({stats['rows_this_run']:,} this run)")
     table.add_row("model code", stats["model_impl"])
+    table.add_row("KV cache", f"{stats['kv_cache_dtype']}, {stats['kv_bytes_per_token']:,} bytes per token")
     table.add_row("errors", f"{stats['rows_failed']:,}")
     table.add_row("tokens", f"{stats['prompt_tokens']:,} prompt, {stats['output_tokens']:,} output")
     if stats.get("reasoning_tokens"):

@@ -19,6 +19,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 MODEL_IMPLS = ("auto", "native", "transformers")
 # gpt_oss: harmony's analysis channel; the others are engine/reasoning/'s parsers.
 REASONING_PARSERS = ("auto", "deepseek_r1", "qwen3", "gpt_oss", "none")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
 # A step's token budget when max_num_batched_tokens is not given: GPUs want wide steps, the CPU short ones.
 BATCHED_TOKENS = {"cuda": 8192, "cpu": 2048}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -57,6 +58,10 @@ class EngineConfig:
                                             "qwen3, gpt_oss, none (reasoning stays in the text), or auto (the "
                                             "family the tokenizer and chat template show, else none). See "
                                             "docs/reasoning.md.", choices=REASONING_PARSERS, panel="Model")
+    kv_cache_dtype: str = setting("auto", "KV-cache storage: auto (the compute dtype) or fp8_e4m3 (one byte per "
+                                          "element, with the checkpoint's k_scale/v_scale where it has them, else "
+                                          "1.0): twice the blocks of 16-bit in the same memory, attention slightly "
+                                          "less exact (see docs/gpu.md).", choices=KV_CACHE_DTYPES)
     kv_cache_memory_gb: float = setting(4.0, "KV-cache size on the CPU, in GB.")
     gpu_memory_utilization: float = setting(0.9, "Share of GPU memory the model and KV cache may use.")
     enforce_eager: bool = setting(False, "Run decode steps without CUDA graphs.")

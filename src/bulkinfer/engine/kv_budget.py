@@ -33,11 +33,15 @@ def activation_reserve(model: ModelConfig, config: ResolvedConfig, tp_size: int)
     return tokens + logits + _SLACK
 
 
+def kv_bytes_per_token(kv_shapes: list[tuple[int, int]], dtype: torch.dtype) -> int:
+    """A token's keys and values over every layer, in a cache of ``dtype``."""
+    return 2 * sum(heads * dim for heads, dim in kv_shapes) * torch.tensor([], dtype=dtype).element_size()
+
+
 def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: list[tuple[int, int]],
                        block_size: int, device: torch.device, tp_size: int = 1) -> int:
     """kv_shapes: (KV heads, head size) of each layer's cache on this rank."""
-    bytes_per_block = (2 * block_size * sum(heads * dim for heads, dim in kv_shapes)
-                       * torch.tensor([], dtype=config.dtype).element_size())
+    bytes_per_block = block_size * kv_bytes_per_token(kv_shapes, config.kv_cache_dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         # What is already used counts against our share; the largest step's activations are set aside.

@@ -70,7 +70,9 @@ class LLM:
         self._failed: list[Request] = []  # refused at add time, reported by the next step()
         self._compiling: dict[Hashable, Future] = {}  # constrained requests whose grammar is not ready yet
         self._generate_ids = itertools.count()
-        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks, model_impl=model_config.implementation)
+        self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks, model_impl=model_config.implementation,
+                                  kv_cache_dtype=str(self.config.kv_cache_dtype).removeprefix("torch."),
+                                  kv_bytes_per_token=self.runner.kv_bytes_per_token)
 
     @property
     def max_model_len(self) -> int:

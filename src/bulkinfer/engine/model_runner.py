@@ -20,7 +20,7 @@ import torch.distributed as dist
 from bulkinfer.engine.resolve import ResolvedConfig
 from bulkinfer.engine.cpu_memory import keep_freed_memory
 from bulkinfer.engine.decode_graphs import DecodeGraphs
-from bulkinfer.engine.kv_budget import kv_blocks_that_fit
+from bulkinfer.engine.kv_budget import kv_blocks_that_fit, kv_bytes_per_token
 from bulkinfer.engine.logprobs import TopLogprobs
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
@@ -74,14 +74,17 @@ class ModelRunner:
         if config.options.deterministic:
             set_batch_invariant(self.model)
         kv_shapes = self.model.kv_shapes()
+        # Every rank holds its share of the heads: a token costs this much over all of them.
+        self.kv_bytes_per_token = kv_bytes_per_token(kv_shapes, config.kv_cache_dtype) * self.tp.size
         blocks = config.options.num_kv_blocks or kv_blocks_that_fit(config, model_config, kv_shapes, self.block_size,
                                                                     self.device, self.tp.size)
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
         # One [2, blocks, block_size, kv_heads, head_dim] tensor per layer: keys, then values.
-        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim), dtype=config.dtype,
-                                      device=self.device) for kv_heads, head_dim in kv_shapes]
+        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim),
+                                      dtype=config.kv_cache_dtype, device=self.device)
+                          for kv_heads, head_dim in kv_shapes]
         for layer, cache in zip(self.model.attention_layers(), self.kv_caches):
             layer.k_cache, layer.v_cache = cache
         self.decode_graphs = None

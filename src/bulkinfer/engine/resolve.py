@@ -24,6 +24,11 @@ class ResolvedConfig:
     max_model_len: int
     max_num_batched_tokens: int
 
+    @property
+    def kv_cache_dtype(self) -> torch.dtype:
+        """What the KV cache stores: the compute dtype, or one byte of e4m3 per element."""
+        return torch.float8_e4m3fn if self.options.kv_cache_dtype == "fp8_e4m3" else self.dtype
+
 
 def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
     if model.implementation == "transformers":

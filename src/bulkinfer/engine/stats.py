@@ -27,6 +27,8 @@ class EngineStats:
     grammar_mask_steps: int = 0  # steps with at least one constrained row
     grammar_mask_rows: int = 0  # constrained rows masked, over every step
     model_impl: str = "native"  # whose code runs the model: "native" (bulkinfer's) or "transformers"
+    kv_cache_dtype: str = ""  # what the KV cache stores: "float32", "bfloat16", "float8_e4m3fn", ...
+    kv_bytes_per_token: int = 0  # a token's keys and values over every layer (and every rank)
 
     def count_output(self, output: RequestOutput) -> None:
         for completion in output.outputs:

@@ -57,6 +57,9 @@ class Attention(nn.Module):
         self.ops = ops
         # Bound by the model runner once the KV pool exists: [num_blocks, block_size, kv_heads, head_dim].
         self.k_cache = self.v_cache = torch.empty(0)
+        # An FP8 cache's scales: the checkpoint's (set by the loader) or 1.0; Python floats, so a
+        # step reads them without a device sync.
+        self.k_scale = self.v_scale = 1.0
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionMetadata,
                 rope_cache: torch.Tensor) -> torch.Tensor:
@@ -69,11 +72,12 @@ class Attention(nn.Module):
             k = self.k_norm(k.reshape(-1, self.head_dim)).view_as(k)
         # q and k stay views of the fused projection: every kernel takes their strides.
         self.ops.rotary(positions, q, k, rope_cache)
-        self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping)
+        scales = {"k_scale": self.k_scale, "v_scale": self.v_scale}
+        self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping, **scales)
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
                                        attn.seq_lens, attn.block_tables, self.scale,
                                        max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len,
-                                       min_query_len=attn.min_query_len)
+                                       min_query_len=attn.min_query_len, **scales)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 

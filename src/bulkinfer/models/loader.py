@@ -75,6 +75,17 @@ _FUSED = [
     (re.compile(r"(.*)\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj.weight"),
 ]
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
+# An FP8 KV cache's scales, one per attention layer: compressed-tensors' self_attn.k_scale/v_scale,
+# ModelOpt's self_attn.k_proj.k_scale/v_proj.v_scale, and the older single kv_scale for both.
+_KV_SCALE = re.compile(r"(.*\.self_attn)(?:\.[kv]_proj)?\.(k_scale|v_scale|kv_scale)$")
+
+
+def _set_kv_scale(model: CausalLM, name: str, tensor: torch.Tensor) -> None:
+    layer, which = _KV_SCALE.match(name).groups()
+    if tensor.numel() != 1 or not 0 < float(tensor) < float("inf"):
+        raise ValueError(f"checkpoint tensor {name} must be one positive scale, got {tensor.flatten()[:4].tolist()}")
+    for attribute in ("k_scale", "v_scale") if which == "kv_scale" else (which,):
+        setattr(model.get_submodule(layer), attribute, float(tensor))
 
 
 def load_weights(model: CausalLM, path: Path) -> None:
@@ -82,6 +93,9 @@ def load_weights(model: CausalLM, path: Path) -> None:
     params = dict(model.named_parameters())
     loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
     for name, tensor in _checkpoint_tensors(path):
+        if _KV_SCALE.match(name):
+            _set_kv_scale(model, name, tensor)
+            continue
         if "rotary_emb" in name or (name == "lm_head.weight" and model.config.tie_word_embeddings):
             continue
         target, which = _target(name)

@@ -34,6 +34,8 @@ class LayerCache:
     head_dim: int
     k_cache: torch.Tensor = field(default_factory=lambda: torch.empty(0))
     v_cache: torch.Tensor = field(default_factory=lambda: torch.empty(0))
+    k_scale: float = 1.0  # an FP8 cache's scales (this path reads none from the checkpoint)
+    v_scale: float = 1.0
 
 
 @dataclass
@@ -73,12 +75,13 @@ def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
         step.caches.setdefault(module.layer_idx, probe_cache(k))
     cache = step.caches[module.layer_idx]
     attn = step.attn
-    step.ops.store_kv(k, v, cache.k_cache, cache.v_cache, attn.slot_mapping)
+    scales = {"k_scale": cache.k_scale, "v_scale": cache.v_scale}
+    step.ops.store_kv(k, v, cache.k_cache, cache.v_cache, attn.slot_mapping, **scales)
     out = step.ops.paged_attention(
         q, cache.k_cache, cache.v_cache, attn.query_start_loc, attn.seq_lens, attn.block_tables,
         scaling if scaling is not None else q.shape[-1] ** -0.5, max_query_len=attn.max_query_len,
         max_seq_len=attn.max_seq_len, min_query_len=attn.min_query_len, sliding_window=sliding_window or 0,
-        softcap=softcap or 0.0)
+        softcap=softcap or 0.0, **scales)
     return out[None], None
 
 
