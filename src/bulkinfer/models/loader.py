@@ -14,8 +14,12 @@ from safetensors import safe_open
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.checkpoint import safetensors_files
-from bulkinfer.models.config import ModelConfig, native_architecture
+from bulkinfer.layers.quantized_linear import quantize_linears
+from bulkinfer.layers.quantized_weights import WeightFormat
+from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.llama import CausalLM
+from bulkinfer.models.quantization.config import quantization_from_hf
+from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
 from bulkinfer.models.refusal import UnsupportedModelError, refuse_tokenizer_code, refusal_reason
 
 
@@ -34,9 +38,12 @@ def _model_config(path: Path, hf: dict, model_impl: str) -> ModelConfig:
     if model_impl == "native" or (model_impl == "auto" and native_architecture(hf)):
         return ModelConfig.from_hf(hf)
     reason = refusal_reason(hf)
+    names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
     if reason:
-        names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
         raise UnsupportedModelError(f"unsupported architecture {names}: {reason}")
+    if quantization_from_hf(hf):
+        raise UnsupportedModelError(f"quantized {names}: quantized checkpoints run on bulkinfer's own model code "
+                                    f"only, which runs {', '.join(SUPPORTED_ARCHITECTURES)}")
     from bulkinfer.models.transformers_backend.config import transformers_model_config
 
     return transformers_model_config(path, hf)
@@ -52,13 +59,37 @@ def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torc
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device(device):
-            model = CausalLM(config, ops, max_position, tp)
+        model = _build(path, config, ops, max_position, tp, device)
     finally:
         torch.set_default_dtype(default_dtype)
     load_weights(model, path)
     # Inference only: no parameter keeps autograd state (a CUDA graph's pool would keep activations).
     return model.eval().requires_grad_(False)
+
+
+def _build(path: Path, config: ModelConfig, ops: KernelOps, max_position: int, tp: TensorParallel,
+           device: torch.device) -> CausalLM:
+    """The model with empty parameters. A quantized one is first built without memory, so that its
+    quantized layers never hold a plain weight, even for a moment."""
+    if config.quantization is None:
+        with torch.device(device):
+            return CausalLM(config, ops, max_position, tp)
+    with torch.device("meta"):
+        model = CausalLM(config, ops, max_position, tp)
+        quantize_linears(model, _quantized_modules(path, config))
+    model.materialize(device)
+    return model
+
+
+def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightFormat]:
+    """Our linear layer of each quantized checkpoint layer -> its format."""
+    layers = quantized_layers(path, config.quantization.layout)
+    modules = {_target(f"{layer}.weight")[0].removesuffix(".weight") for layer in layers}
+    experts = sorted(name for name in modules if ".experts." in name or name.endswith(".experts"))
+    if experts:
+        raise UnsupportedModelError(f"quantized mixture-of-experts experts ({experts[0]}, ...) are not supported: "
+                                    "bulkinfer runs quantized dense layers")
+    return dict.fromkeys(modules, config.quantization.layout.format)
 
 
 # Mixtral's names for its experts -> Qwen's, which are ours.
@@ -68,11 +99,13 @@ _RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
 # Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
 # slot of the stacked expert parameters.
+# A linear layer's tensors: plain, or a quantized layer's canonical ones (layers/quantized_weights.py).
+_LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale)"
 _FUSED = [
-    (re.compile(r"(.*)\.self_attn\.([qkv])_proj\.(weight|bias)$"), r"\1.self_attn.qkv_proj.\3"),
+    (re.compile(rf"(.*)\.self_attn\.([qkv])_proj\.{_LINEAR}$"), r"\1.self_attn.qkv_proj.\3"),
     (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj"),
     (re.compile(r"(.*\.experts)\.\d+\.(down)_proj\.weight$"), r"\1.down_proj"),
-    (re.compile(r"(.*)\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj.weight"),
+    (re.compile(rf"(.*)\.(gate|up)_proj\.{_LINEAR}$"), r"\1.gate_up_proj.\3"),
 ]
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
@@ -81,7 +114,7 @@ def load_weights(model: CausalLM, path: Path) -> None:
     """Copy each checkpoint tensor, or this rank's slice of it, into its place in our layout."""
     params = dict(model.named_parameters())
     loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
-    for name, tensor in _checkpoint_tensors(path):
+    for name, tensor in _tensors(path, model.config):
         if "rotary_emb" in name or (name == "lm_head.weight" and model.config.tie_word_embeddings):
             continue
         target, which = _target(name)
@@ -89,6 +122,9 @@ def load_weights(model: CausalLM, path: Path) -> None:
             raise ValueError(f"checkpoint tensor {name} has no place in {model.config.architecture}")
         param = params[target]
         part = _part(param.data, name, which, model.config, model.tp.size)
+        if target.endswith(".perm") and loaded[target] and not torch.equal(part, tensor):
+            raise ValueError(f"checkpoint tensor {name}: its act-order differs from the other projections' "
+                             "of the same input, which share one layer here")
         _copy_shard(name, tensor, part, getattr(param, "tp_dim", None), model.tp)
         loaded[target] += 1
     missing = [name for name, param in params.items() if loaded[name] < _parts(name, param)]
@@ -128,9 +164,11 @@ def _part(data: torch.Tensor, name: str, which: str | None, config: ModelConfig,
     expert = _EXPERT.search(name)
     if expert:
         data = data[int(expert.group(1))]
+    if which is None or which == "down" or name.endswith(".perm"):  # an act-order perm: the input's, shared
+        return data
     if which in ("gate", "up"):  # this rank's gate rows, then its up rows
         return data.chunk(2)[which == "up"]
-    return data if which in (None, "down") else data[_qkv_rows(which, config, tp_size)]
+    return data[_qkv_rows(which, config, tp_size, data.shape[0])]
 
 
 def _parts(param_name: str, param: torch.Tensor) -> int:
@@ -144,11 +182,23 @@ def _parts(param_name: str, param: torch.Tensor) -> int:
     return 2 if ".gate_up_proj." in param_name else 1
 
 
-def _qkv_rows(which: str, config: ModelConfig, tp_size: int) -> slice:
-    """Where one rank's slice of q, k or v sits in its fused parameter."""
+def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice:
+    """Where one rank's slice of q, k or v sits in its fused parameter of ``rows`` rows: one per output,
+    or, for fp8 block scales, one per block of outputs."""
     q, kv = config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
     start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[which]
-    return slice(start, start + size)
+    block = (q + 2 * kv) // rows
+    if start % block or size % block:
+        raise ValueError(f"the {which} projection does not fill whole blocks of {block} rows of scales")
+    return slice(start // block, (start + size) // block)
+
+
+def _tensors(path: Path, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+    """The checkpoint's tensors, a quantized layer's as their canonical layout."""
+    if config.quantization is None:
+        return _checkpoint_tensors(path)
+    layout = config.quantization.layout
+    return canonical_tensors(_checkpoint_tensors(path), quantized_layers(path, layout), layout)
 
 
 def _checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:

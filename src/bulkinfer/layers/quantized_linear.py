@@ -1,0 +1,83 @@
+"""A linear layer whose weight stays quantized in memory (layouts in layers/quantized_weights.py).
+
+On a GPU the quantized GEMM kernels read the packed weight directly: FP8 with activations
+quantized per token inside the kernel, integers dequantized inside the kernel. Elsewhere, and
+in deterministic mode, the layer dequantizes its weight into the compute dtype for each call
+and multiplies as a plain layer does, so only one layer's plain weight exists at a time.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bulkinfer.layers.linear import invariant_linear, linear
+from bulkinfer.layers.quantized_weights import WeightFormat, dequantize_fp8, dequantize_int
+
+
+def _frozen(shape: tuple[int, ...], dtype: torch.dtype | None = None) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
+
+
+class QuantizedLinear(nn.Module):
+    """``y = x @ W.T (+ bias)`` with W held in ``fmt``'s layout; parameters named as the loader fills them."""
+
+    batch_invariant = False  # set by set_batch_invariant
+
+    def __init__(self, in_features: int, out_features: int, fmt: WeightFormat, bias: bool):
+        super().__init__()
+        self.in_features, self.out_features, self.format = in_features, out_features, fmt
+        scale_shape = fmt.scale_shape(out_features, in_features)
+        if fmt.kind == "int":
+            self.qweight = _frozen((out_features, in_features * fmt.bits // 32), torch.int32)
+            self.scales = _frozen(scale_shape)
+            self.zeros = None if fmt.symmetric else _frozen(scale_shape, torch.uint8)
+            self.perm = _frozen((in_features,), torch.int64) if fmt.act_order else None
+        else:
+            self.weight = _frozen((out_features, in_features), torch.float8_e4m3fn)
+            self.weight_scale = _frozen(scale_shape, torch.float32)
+        self.bias = _frozen((out_features,)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # [T, in] -> [T, out]
+        if self.format.kind == "int" and self.perm is not None:
+            flat = flat[:, self.perm]
+        if flat.device.type == "cuda" and not self.batch_invariant:
+            out = self._gpu_matmul(flat)
+            out = out if self.bias is None else out + self.bias
+        else:
+            out = (invariant_linear if self.batch_invariant else linear)(flat, self.dequantized(flat.dtype), self.bias)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The plain weight [out, in] (input columns in ``perm``'s order when there is one)."""
+        if self.format.kind == "int":
+            return dequantize_int(self.qweight, self.scales, self.zeros, self.format).to(dtype)
+        return dequantize_fp8(self.weight, self.weight_scale, self.format.block_size, dtype)
+
+    def _gpu_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        fmt = self.format
+        if fmt.kind == "int":
+            from bulkinfer.kernels.int_weight_gemm import int_weight_gemm
+
+            return int_weight_gemm(x, self.qweight, self.scales, self.zeros, fmt.group_size or self.in_features,
+                                   fmt.bits)
+        from bulkinfer.kernels.fp8_gemm import fp8_gemm
+
+        return fp8_gemm(x, self.weight, self.weight_scale, fmt.block_size)
+
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.format.describe()}"
+
+
+def quantize_linears(model: nn.Module, formats: dict[str, WeightFormat]) -> None:
+    """Replace each linear layer named in ``formats`` (a module name of ``model``) by a QuantizedLinear
+    of that format, with empty parameters for the loader to fill."""
+    for name, fmt in formats.items():
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        plain = getattr(parent, child)
+        setattr(parent, child, QuantizedLinear(plain.in_features, plain.out_features, fmt, plain.bias is not None))

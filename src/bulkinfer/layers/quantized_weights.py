@@ -1,0 +1,94 @@
+"""How a quantized linear layer holds its weight in memory, and how that weight becomes a plain one.
+
+Every checkpoint format is repacked at load time into one of two layouts, so the layer and the GPU
+kernels know only these:
+
+- integer weight-only (GPTQ, AWQ, compressed-tensors' pack- and naive-quantized):
+  ``qweight`` int32 [N, K * bits / 32], packed along K (element k of row n sits in word
+  k // (32 / bits) at bit (k % (32 / bits)) * bits, unsigned); ``scales`` [N, K / group_size] in
+  the compute dtype; ``zeros`` uint8 [N, K / group_size], or none for a symmetric weight (zero
+  point 2 ** (bits - 1)); ``perm`` int64 [K] when the input columns were reordered so that each
+  group is contiguous (GPTQ's act-order): the layer multiplies ``x[:, perm]``.
+  W[n, k] = (q[n, k] - z[n, k // group_size]) * s[n, k // group_size].
+- FP8 (``quant_method: fp8`` and compressed-tensors' float-quantized): ``weight`` float8_e4m3fn
+  [N, K]; ``weight_scale`` float32 [N] (a scale per output row), or
+  [ceil(N / bn), ceil(K / bk)] for blocks of (bn, bk). W = weight * scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INT_BITS = (4, 8)
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """The in-memory layout of one quantized linear layer's weight."""
+
+    kind: str  # "int" (integer weight-only) or "fp8"
+    bits: int = 8
+    group_size: int | None = None  # int: input columns per scale; None: one scale per output row
+    symmetric: bool = True  # int: zero point 2 ** (bits - 1), no zeros tensor
+    act_order: bool = False  # int: input columns reordered, a perm kept
+    block_size: tuple[int, int] | None = None  # fp8: (bn, bk) block scales; None: one scale per output row
+
+    def describe(self) -> str:
+        """For people: e.g. ``int4 weight-only, groups of 128, asymmetric``."""
+        if self.kind == "fp8":
+            scales = f"{self.block_size[0]}x{self.block_size[1]} block scales" if self.block_size else "per-channel scales"
+            return f"fp8 e4m3, {scales}"
+        groups = f"groups of {self.group_size}" if self.group_size else "per-channel scales"
+        extras = ("" if self.symmetric else ", asymmetric") + (", act-order" if self.act_order else "")
+        return f"int{self.bits} weight-only, {groups}{extras}"
+
+    def groups(self, in_features: int) -> int:
+        """Scales per output row of an integer weight."""
+        return in_features // self.group_size if self.group_size else 1
+
+    def scale_shape(self, out_features: int, in_features: int) -> tuple[int, ...]:
+        if self.kind == "int":
+            return (out_features, self.groups(in_features))
+        if self.block_size is None:
+            return (out_features,)
+        bn, bk = self.block_size
+        return (-(-out_features // bn), -(-in_features // bk))
+
+
+def pack_along_k(q: torch.Tensor, bits: int) -> torch.Tensor:
+    """Unsigned values [N, K] (each in [0, 2 ** bits)) -> int32 [N, K * bits / 32], the canonical packing."""
+    per_word = 32 // bits
+    q = q.to(torch.int64).reshape(q.shape[0], -1, per_word)
+    shifts = torch.arange(per_word, device=q.device, dtype=torch.int64) * bits
+    words = (q << shifts).sum(-1)
+    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)
+
+
+def unpack_along_k(qweight: torch.Tensor, bits: int) -> torch.Tensor:
+    """int32 [N, K * bits / 32] -> the unsigned values [N, K] as uint8."""
+    per_word = 32 // bits
+    shifts = torch.arange(per_word, device=qweight.device, dtype=torch.int32) * bits
+    values = (qweight.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
+    return values.reshape(qweight.shape[0], -1).to(torch.uint8)
+
+
+def dequantize_int(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
+                   fmt: WeightFormat) -> torch.Tensor:
+    """The plain weight [N, K] in the scales' dtype (input columns in the stored order)."""
+    q = unpack_along_k(qweight, fmt.bits).to(scales.dtype)
+    group = q.shape[1] // scales.shape[1]
+    zero = 2 ** (fmt.bits - 1) if zeros is None else zeros.to(scales.dtype).repeat_interleave(group, dim=1)
+    return (q - zero) * scales.repeat_interleave(group, dim=1)
+
+
+def dequantize_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, block_size: tuple[int, int] | None,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """The plain weight [N, K] in ``dtype``; scales applied in fp32, as the GPU kernel does."""
+    n, k = weight.shape
+    if block_size is None:
+        scale = weight_scale[:, None]
+    else:
+        scale = weight_scale.repeat_interleave(block_size[0], 0)[:n].repeat_interleave(block_size[1], 1)[:, :k]
+    return (weight.float() * scale).to(dtype)
