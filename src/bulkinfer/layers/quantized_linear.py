@@ -1,9 +1,11 @@
 """A linear layer whose weight stays quantized in memory (layouts in layers/quantized_weights.py).
 
 On a GPU the quantized GEMM kernels read the packed weight directly: FP8 with activations
-quantized per token inside the kernel, integers dequantized inside the kernel. Elsewhere, and
-in deterministic mode, the layer dequantizes its weight into the compute dtype for each call
-and multiplies as a plain layer does, so only one layer's plain weight exists at a time.
+quantized per token inside the kernel, integers dequantized inside the kernel. On the CPU small
+half-precision batches of integer weights go to torch's packed kernels (layers/quantized_cpu.py);
+everything else, and deterministic mode everywhere, dequantizes the weight into the compute
+dtype for each call and multiplies as a plain layer does, so only one layer's plain weight
+exists at a time.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.linear import invariant_linear, linear
+from bulkinfer.layers.quantized_cpu import packed_kernel_runs, packed_matmul
 from bulkinfer.layers.quantized_weights import WeightFormat, dequantize_fp8, dequantize_int
 
 
@@ -42,12 +45,20 @@ class QuantizedLinear(nn.Module):
         flat = x.reshape(-1, x.shape[-1])  # [T, in] -> [T, out]
         if self.format.kind == "int" and self.perm is not None:
             flat = flat[:, self.perm]
-        if flat.device.type == "cuda" and not self.batch_invariant:
-            out = self._gpu_matmul(flat)
-            out = out if self.bias is None else out + self.bias
-        else:
-            out = (invariant_linear if self.batch_invariant else linear)(flat, self.dequantized(flat.dtype), self.bias)
+        out = self._matmul(flat)
         return out.view(*x.shape[:-1], out.shape[-1])
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        fmt = self.format
+        if self.batch_invariant:
+            return invariant_linear(x, self.dequantized(x.dtype), self.bias)
+        if x.device.type == "cuda":
+            out = self._gpu_matmul(x)
+        elif fmt.kind == "int" and packed_kernel_runs(x, fmt):
+            out = packed_matmul(x, self.qweight, self.scales, self.zeros, fmt)
+        else:
+            return linear(x, self.dequantized(x.dtype), self.bias)
+        return out if self.bias is None else out + self.bias
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         """The plain weight [out, in] (input columns in ``perm``'s order when there is one)."""

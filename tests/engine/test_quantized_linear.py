@@ -1,0 +1,58 @@
+"""The quantized linear layer's own arithmetic: the canonical packing against compressed-tensors' packer, and
+torch's packed CPU kernels against dequantize-then-multiply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+
+from bulkinfer.layers.quantized_linear import QuantizedLinear
+from bulkinfer.layers.quantized_weights import WeightFormat, dequantize_fp8, pack_along_k, unpack_along_k
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_canonical_packing_is_compressed_tensors_packing(bits):
+    """Unsigned values in compressed-tensors' word order: its packer (signed input, offset inside) agrees."""
+    q = torch.randint(0, 2 ** bits, (6, 64), generator=torch.Generator().manual_seed(bits), dtype=torch.uint8)
+    packed = pack_along_k(q, bits)
+    assert torch.equal(packed, pack_to_int32((q.to(torch.int16) - 2 ** (bits - 1)).to(torch.int8), bits))
+    assert torch.equal(unpack_along_k(packed, bits), q)
+
+
+def test_fp8_dequantization_by_table_is_the_conversion():
+    weight = torch.randn(64, 96).to(torch.float8_e4m3fn)
+    scale = torch.rand(2, 3)
+    expected = weight.float() * scale.repeat_interleave(32, 0).repeat_interleave(32, 1)
+    assert torch.equal(dequantize_fp8(weight, scale, (32, 32), torch.float32), expected)
+
+
+def random_layer(fmt: WeightFormat) -> QuantizedLinear:
+    generator = torch.Generator().manual_seed(0)
+    layer = QuantizedLinear(256, 96, fmt, bias=True)
+    q = torch.randint(0, 2 ** fmt.bits, (96, 256), generator=generator, dtype=torch.uint8)
+    layer.qweight.data = pack_along_k(q, fmt.bits)
+    layer.scales.data = torch.rand(layer.scales.shape, generator=generator) / 16
+    if layer.zeros is not None:
+        layer.zeros.data = torch.randint(0, 16, layer.zeros.shape, generator=generator, dtype=torch.uint8)
+    layer.bias.data = torch.randn(96, generator=generator)
+    return layer
+
+
+@pytest.mark.parametrize("fmt", [WeightFormat("int", 4, 32), WeightFormat("int", 4, 128, symmetric=False),
+                                 WeightFormat("int", 8)], ids=["int4-g32", "int4-g128-asym", "int8-channel"])
+def test_packed_cpu_kernels_match_dequantizing(fmt):
+    """bfloat16 decode-sized batches take torch's packed kernels; within bfloat16 rounding of the plain product."""
+    layer = random_layer(fmt).to(torch.bfloat16)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    expected = torch.nn.functional.linear(x, layer.dequantized(torch.float32), layer.bias.float())
+    got = layer(x.bfloat16()).float()
+    assert hasattr(layer.qweight, "_cpu_packed")  # the packed kernel ran
+    torch.testing.assert_close(got, expected, atol=0.02 * expected.abs().max().item(), rtol=0)
+
+
+def test_prefill_sized_and_float32_batches_dequantize():
+    layer = random_layer(WeightFormat("int", 4, 32))
+    layer(torch.randn(64, 256))
+    layer.to(torch.bfloat16)(torch.randn(64, 256, dtype=torch.bfloat16))
+    assert not hasattr(layer.qweight, "_cpu_packed")
