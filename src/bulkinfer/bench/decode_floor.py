@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bulkinfer.bench.peak import matmul_params
+from bulkinfer.models.footprint import kv_bytes_per_token
 from bulkinfer.sampling_params import SamplingParams
 
 # Sequences, prompt tokens each, and decode steps timed: large batches, sized so the CPU's run
@@ -93,5 +94,4 @@ def _weight_bytes(llm) -> int:
 
 
 def _kv_bytes_per_token(llm) -> int:
-    model = llm.model_config
-    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * llm.config.dtype.itemsize
+    return kv_bytes_per_token(llm.model_config, llm.config.dtype)
