@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file
 
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3")  # w: Mixtral's experts
 # A layer's on-disk tensors (by suffix) and the weight they stand for.
 Quantizer = Callable[[torch.Tensor], tuple[dict[str, torch.Tensor], torch.Tensor]]
 

@@ -15,6 +15,7 @@ from transformers.utils.quantization_config import CompressedTensorsConfig
 
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.layers.quantized_linear import QuantizedLinear
+from bulkinfer.layers.quantized_moe import QuantizedExperts
 from probes import last_logits
 from quantized_checkpoints import (
     awq_config, awq_quantizer, fp8_block_config, fp8_block_quantizer, gptq_config, gptq_quantizer,
@@ -38,7 +39,10 @@ CT_WEIGHTS = {
 }
 BY_LAYOUT = {
     "fp8-block-32": (fp8_block_config((32, 32)), fp8_block_quantizer((32, 32))),
+    "fp8-block-16": (fp8_block_config((16, 16)), fp8_block_quantizer((16, 16))),  # Mixtral's experts: 48 wide
     "gptq-4bit-g32": (gptq_config(4, 32, False, True), gptq_quantizer(4, 32, False, True)),
+    "gptq-4bit-g32-asym": (gptq_config(4, 32, False, False), gptq_quantizer(4, 32, False, False)),
+    "gptq-4bit-g16-asym": (gptq_config(4, 16, False, False), gptq_quantizer(4, 16, False, False)),
     "gptq-4bit-g32-desc-act-asym": (gptq_config(4, 32, True, False), gptq_quantizer(4, 32, True, False)),
     "gptq-8bit-g64-desc-act": (gptq_config(8, 64, True, True), gptq_quantizer(8, 64, True, True)),
     "awq-g32": (awq_config(32), awq_quantizer(32)),
@@ -46,9 +50,10 @@ BY_LAYOUT = {
 FORMATS = [*CT_WEIGHTS, *BY_LAYOUT]
 
 
-def quantized_and_reference(tmp_path_factory, checkpoint_factory, name: str):
-    """(the quantized checkpoint, its dequantized reference model from a loader bulkinfer did not write)."""
-    src = checkpoint_factory("qwen2")  # q/k/v biases: a quantized layer keeps its plain bias
+def quantized_and_reference(tmp_path_factory, checkpoint_factory, name: str, arch: str = "qwen2"):
+    """(the quantized checkpoint, its dequantized reference model from a loader bulkinfer did not write).
+    Qwen2 by default: its q/k/v biases stay plain beside quantized weights."""
+    src = checkpoint_factory(arch)
     out = tmp_path_factory.mktemp("quantized") / name
     if name in CT_WEIGHTS:
         weights, compression_format, inputs = CT_WEIGHTS[name]
@@ -72,6 +77,9 @@ def test_logits_and_greedy_match_the_dequantized_model(quantized, checkpoint_fac
     llm = LLM(str(path), block_size=8, max_model_len=128)
     layers = [m for m in llm.runner.model.modules() if isinstance(m, QuantizedLinear)]
     assert len(layers) == 2 * 4  # qkv, o, gate_up, down of each of the 2 layers; lm_head stays plain
+    # Held quantized: at most 10 bits a weight (int8 with fp32 scales for groups of 32) where plain holds 32.
+    assert sum(layer.weight_bytes() for layer in layers) < 10 / 32 * sum(4 * m.in_features * m.out_features
+                                                                       for m in layers)
     plain = hf_model(checkpoint_factory("qwen2"))
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:4]
     for ids in prompt_ids:
@@ -82,6 +90,21 @@ def test_logits_and_greedy_match_the_dequantized_model(quantized, checkpoint_fac
         assert (got - unquantized).abs().max() > 1e-3  # the weights really are the quantized ones
     outputs = llm.generate(prompt_ids, GREEDY, use_tqdm=False)
     assert_greedy_matches(reference, prompt_ids, outputs)
+
+
+@pytest.mark.parametrize("arch, name", [("qwen3_moe", "gptq-4bit-g32-asym"), ("qwen3_moe", "fp8-block-32"),
+                                        ("mixtral", "gptq-4bit-g16-asym"), ("mixtral", "fp8-block-16")])
+def test_quantized_experts_match_the_dequantized_model(tmp_path_factory, checkpoint_factory, arch, name):
+    """Every expert's projections quantized (the router stays plain), Mixtral's expert names too."""
+    path, reference = quantized_and_reference(tmp_path_factory, checkpoint_factory, name, arch)
+    llm = LLM(str(path), block_size=8, max_model_len=128)
+    assert all(isinstance(layer.mlp.experts, QuantizedExperts) for layer in llm.runner.model.model.layers)
+    prompt_ids = prompts(llm.tokenizer.vocab_size)[:3]
+    for ids in prompt_ids:
+        with torch.no_grad():
+            expected = reference(torch.tensor([ids])).logits[0, -1]
+        torch.testing.assert_close(last_logits(llm, ids), expected, atol=1e-4, rtol=0)
+    assert_greedy_matches(reference, prompt_ids, llm.generate(prompt_ids, GREEDY, use_tqdm=False))
 
 
 @pytest.mark.parametrize("name", ["ct-w4a16-asym-g64", "gptq-4bit-g32-desc-act-asym", "fp8-block-32"])

@@ -60,9 +60,9 @@ def test_transformers_path_and_tensor_parallel_are_refused(tiny_llama, tmp_path)
         LLM(str(path), tensor_parallel_size=2)
 
 
-def test_quantized_experts_are_refused(checkpoint_factory, tmp_path):
+def test_act_order_experts_are_refused(checkpoint_factory, tmp_path):
     """Refused from the weight files' headers, before a tensor is read."""
-    path, _ = write_by_layout(checkpoint_factory("qwen3_moe"), tmp_path / "moe", gptq_config(4, 32, False, True),
-                              gptq_quantizer(4, 32, False, True))
-    with pytest.raises(UnsupportedModelError, match="quantized mixture-of-experts experts"):
+    path, _ = write_by_layout(checkpoint_factory("qwen3_moe"), tmp_path / "moe", gptq_config(4, 32, True, True),
+                              gptq_quantizer(4, 32, True, True))
+    with pytest.raises(UnsupportedModelError, match="act-order.*for mixture-of-experts experts"):
         LLM(str(path))

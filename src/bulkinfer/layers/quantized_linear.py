@@ -15,11 +15,7 @@ from torch import nn
 
 from bulkinfer.layers.linear import invariant_linear, linear
 from bulkinfer.layers.quantized_cpu import packed_kernel_runs, packed_matmul
-from bulkinfer.layers.quantized_weights import WeightFormat, dequantize_fp8, dequantize_int
-
-
-def _frozen(shape: tuple[int, ...], dtype: torch.dtype | None = None) -> nn.Parameter:
-    return nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
+from bulkinfer.layers.quantized_weights import WeightFormat, add_quantized_parameters, dequantize
 
 
 class QuantizedLinear(nn.Module):
@@ -30,20 +26,14 @@ class QuantizedLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, fmt: WeightFormat, bias: bool):
         super().__init__()
         self.in_features, self.out_features, self.format = in_features, out_features, fmt
-        scale_shape = fmt.scale_shape(out_features, in_features)
-        if fmt.kind == "int":
-            self.qweight = _frozen((out_features, in_features * fmt.bits // 32), torch.int32)
-            self.scales = _frozen(scale_shape)
-            self.zeros = None if fmt.symmetric else _frozen(scale_shape, torch.uint8)
-            self.perm = _frozen((in_features,), torch.int64) if fmt.act_order else None
-        else:
-            self.weight = _frozen((out_features, in_features), torch.float8_e4m3fn)
-            self.weight_scale = _frozen(scale_shape, torch.float32)
-        self.bias = _frozen((out_features,)) if bias else None
+        add_quantized_parameters(self, fmt, out_features, in_features)
+        self.perm = nn.Parameter(torch.empty(in_features, dtype=torch.int64), requires_grad=False) \
+            if fmt.act_order else None
+        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])  # [T, in] -> [T, out]
-        if self.format.kind == "int" and self.perm is not None:
+        if self.perm is not None:
             flat = flat[:, self.perm]
         out = self._matmul(flat)
         return out.view(*x.shape[:-1], out.shape[-1])
@@ -62,9 +52,7 @@ class QuantizedLinear(nn.Module):
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         """The plain weight [out, in] (input columns in ``perm``'s order when there is one)."""
-        if self.format.kind == "int":
-            return dequantize_int(self.qweight, self.scales, self.zeros, self.format).to(dtype)
-        return dequantize_fp8(self.weight, self.weight_scale, self.format.block_size, dtype)
+        return dequantize(self, self.format, dtype)
 
     def _gpu_matmul(self, x: torch.Tensor) -> torch.Tensor:
         fmt = self.format
@@ -83,12 +71,3 @@ class QuantizedLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.format.describe()}"
 
-
-def quantize_linears(model: nn.Module, formats: dict[str, WeightFormat]) -> None:
-    """Replace each linear layer named in ``formats`` (a module name of ``model``) by a QuantizedLinear
-    of that format, with empty parameters for the loader to fill."""
-    for name, fmt in formats.items():
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        plain = getattr(parent, child)
-        setattr(parent, child, QuantizedLinear(plain.in_features, plain.out_features, fmt, plain.bias is not None))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 INT_BITS = (4, 8)
 
@@ -107,3 +108,30 @@ def fp8_values(weight: torch.Tensor) -> torch.Tensor:
 
 
 _FP8_TABLE = torch.arange(256, dtype=torch.uint8, device="cpu").view(torch.float8_e4m3fn).float()
+
+
+def add_quantized_parameters(module: nn.Module, fmt: WeightFormat, out_features: int, in_features: int,
+                             leading: tuple[int, ...] = ()) -> None:
+    """Give ``module`` empty parameters in ``fmt``'s layout for weights [*leading, out, in]: ``qweight``,
+    ``scales``, ``zeros`` (None if symmetric); or ``weight``, ``weight_scale``."""
+    scale_shape = (*leading, *fmt.scale_shape(out_features, in_features))
+    if fmt.kind == "int":
+        module.qweight = _frozen((*leading, out_features, in_features * fmt.bits // 32), torch.int32)
+        module.scales = _frozen(scale_shape)
+        module.zeros = None if fmt.symmetric else _frozen(scale_shape, torch.uint8)
+    else:
+        module.weight = _frozen((*leading, out_features, in_features), torch.float8_e4m3fn)
+        module.weight_scale = _frozen(scale_shape, torch.float32)
+
+
+def dequantize(module: nn.Module, fmt: WeightFormat, dtype: torch.dtype, *index: int) -> torch.Tensor:
+    """The plain weight [out, in] in ``dtype`` of a module given add_quantized_parameters (``index``: which
+    of its leading dimensions' weights)."""
+    if fmt.kind == "int":
+        zeros = None if module.zeros is None else module.zeros[index]
+        return dequantize_int(module.qweight[index], module.scales[index], zeros, fmt).to(dtype)
+    return dequantize_fp8(module.weight[index], module.weight_scale[index], fmt.block_size, dtype)
+
+
+def _frozen(shape: tuple[int, ...], dtype: torch.dtype | None = None) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)

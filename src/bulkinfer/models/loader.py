@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Container, Iterator
 
 import torch
 from torch import nn
@@ -14,7 +14,7 @@ from safetensors import safe_open
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.checkpoint import safetensors_files
-from bulkinfer.layers.quantized_linear import quantize_linears
+from bulkinfer.layers.quantize import quantize_layers
 from bulkinfer.layers.quantized_weights import WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.llama import CausalLM
@@ -76,20 +76,21 @@ def _build(path: Path, config: ModelConfig, ops: KernelOps, max_position: int, t
             return CausalLM(config, ops, max_position, tp)
     with torch.device("meta"):
         model = CausalLM(config, ops, max_position, tp)
-        quantize_linears(model, _quantized_modules(path, config))
+        quantize_layers(model, _quantized_modules(path, config))
     model.materialize(device)
     return model
 
 
 def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightFormat]:
-    """Our linear layer of each quantized checkpoint layer -> its format."""
-    layers = quantized_layers(path, config.quantization.layout)
-    modules = {_target(f"{layer}.weight")[0].removesuffix(".weight") for layer in layers}
-    experts = sorted(name for name in modules if ".experts." in name or name.endswith(".experts"))
-    if experts:
-        raise UnsupportedModelError(f"quantized mixture-of-experts experts ({experts[0]}, ...) are not supported: "
-                                    "bulkinfer runs quantized dense layers")
-    return dict.fromkeys(modules, config.quantization.layout.format)
+    """Our linear layer, or stack of experts, of each quantized checkpoint layer -> its format."""
+    fmt = config.quantization.layout.format
+    targets = {_target(f"{layer}.weight")[0] for layer in quantized_layers(path, config.quantization.layout)}
+    # A linear layer's target is its weight; an expert's, its stack's gate_up_proj or down_proj.
+    modules = {target.rpartition(".")[0] for target in targets}
+    if fmt.act_order and any(name.endswith(".experts") for name in modules):
+        raise UnsupportedModelError(f"{config.quantization.describe()} for mixture-of-experts experts: "
+                                    "bulkinfer runs quantized experts without act-order")
+    return dict.fromkeys(modules, fmt)
 
 
 # Mixtral's names for its experts -> Qwen's, which are ours.
@@ -105,6 +106,8 @@ _FUSED = [
     (re.compile(rf"(.*)\.self_attn\.([qkv])_proj\.{_LINEAR}$"), r"\1.self_attn.qkv_proj.\3"),
     (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj"),
     (re.compile(r"(.*\.experts)\.\d+\.(down)_proj\.weight$"), r"\1.down_proj"),
+    (re.compile(rf"(.*\.experts)\.\d+\.(gate|up)_proj\.{_LINEAR}$"), r"\1.gate_up_proj.\3"),
+    (re.compile(rf"(.*\.experts)\.\d+\.(down)_proj\.{_LINEAR}$"), r"\1.down_proj.\3"),
     (re.compile(rf"(.*)\.(gate|up)_proj\.{_LINEAR}$"), r"\1.gate_up_proj.\3"),
 ]
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -117,7 +120,7 @@ def load_weights(model: CausalLM, path: Path) -> None:
     for name, tensor in _tensors(path, model.config):
         if "rotary_emb" in name or (name == "lm_head.weight" and model.config.tie_word_embeddings):
             continue
-        target, which = _target(name)
+        target, which = _target(name, params)
         if target not in params:
             raise ValueError(f"checkpoint tensor {name} has no place in {model.config.architecture}")
         param = params[target]
@@ -148,13 +151,15 @@ def _copy_shard(name: str, tensor: torch.Tensor, part: torch.Tensor, dim: int | 
     part.copy_(tensor)
 
 
-def _target(name: str) -> tuple[str, str | None]:
-    """Our parameter for a checkpoint tensor, and which part of a fused one it fills."""
+def _target(name: str, params: Container[str] | None = None) -> tuple[str, str | None]:
+    """Our parameter for a checkpoint tensor, and which part of a fused one it fills: the first rule's
+    that names one of ``params`` (an fp8 expert's ``weight`` goes into a plain stack, or into a quantized
+    stack's ``weight``), or the first rule's when ``params`` is not given."""
     for pattern, replacement in _RENAMES:
         name = pattern.sub(replacement, name)
     for pattern, replacement in _FUSED:
         match = pattern.match(name)
-        if match:
+        if match and (params is None or pattern.sub(replacement, name) in params):
             return pattern.sub(replacement, name), match.group(2)
     return name, None
 
@@ -175,9 +180,9 @@ def _parts(param_name: str, param: torch.Tensor) -> int:
     """How many checkpoint tensors fill a parameter."""
     if ".qkv_proj." in param_name:
         return 3
-    if param_name.endswith(".experts.gate_up_proj"):
+    if ".experts.gate_up_proj" in param_name:  # plain, or one of a quantized stack's tensors
         return 2 * param.shape[0]
-    if param_name.endswith(".experts.down_proj"):
+    if ".experts.down_proj" in param_name:
         return param.shape[0]
     return 2 if ".gate_up_proj." in param_name else 1
 
