@@ -96,18 +96,15 @@ def dequantize_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, block_size:
         scale = weight_scale[:, None]
     else:
         scale = weight_scale.repeat_interleave(block_size[0], 0)[:n].repeat_interleave(block_size[1], 1)[:, :k]
-    return (fp8_values(weight) * scale).to(dtype)
+    return (fp8_as_float16(weight).float() * (scale * 256)).to(dtype)
 
 
-def fp8_values(weight: torch.Tensor) -> torch.Tensor:
-    """``weight.float()``, by looking each byte up in a table of the 256 values: on the CPU the
-    conversion itself runs at about 10 ns a value, the lookup two to three times faster."""
-    if weight.device.type != "cpu":
-        return weight.float()
-    return _FP8_TABLE.take(weight.view(torch.uint8).long())
-
-
-_FP8_TABLE = torch.arange(256, dtype=torch.uint8, device="cpu").view(torch.float8_e4m3fn).float()
+def fp8_as_float16(weight: torch.Tensor) -> torch.Tensor:
+    """e4m3 values / 256 as float16, exactly: e4m3's sign, exponent and mantissa bits moved into
+    float16's places, which leaves the exponent 8 short (its bias is 15, e4m3's 7). On the CPU the
+    conversion torch has runs at about 10 ns a value; this takes a third of that."""
+    bits = weight.view(torch.uint8).to(torch.int16)
+    return (((bits & 0x80) << 8) | ((bits & 0x7F) << 7)).view(torch.float16)
 
 
 def add_quantized_parameters(module: nn.Module, fmt: WeightFormat, out_features: int, in_features: int,
