@@ -119,3 +119,18 @@ def test_greedy_matches_with_chunks_prefix_cache_and_preemption(tmp_path_factory
     assert llm.stats.preemptions > 0 and llm.stats.prefix_cache_hit_tokens > 0
     assert_greedy_matches(reference, prompt_ids, outputs)
     assert all(len(tokens) == GREEDY.max_tokens for tokens in token_ids(outputs))
+
+
+@pytest.mark.parametrize("name, arch", [("gptq-4bit-g32-desc-act-asym", "llama"), ("fp8-block-32", "qwen3_moe")])
+def test_deterministic_mode_keeps_quantized_results_batch_invariant(tmp_path_factory, checkpoint_factory, name, arch):
+    """Each request's tokens and logprobs are bitwise the same alone and in a batch with others."""
+    path, _ = quantized_and_reference(tmp_path_factory, checkpoint_factory, name, arch)
+    llm = LLM(str(path), max_model_len=128, block_size=8, deterministic=True, enable_prefix_caching=False)
+    batch = random_prompts(6, 3, 60, seed=7)
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=2)
+
+    def result(output):
+        return output.outputs[0].token_ids, [[(t, r.logprob) for t, r in rec.items()] for rec in output.outputs[0].logprobs]
+
+    together = [result(o) for o in llm.generate(batch, params, use_tqdm=False)]
+    assert together == [result(llm.generate([prompt], params, use_tqdm=False)[0]) for prompt in batch]

@@ -1,12 +1,11 @@
 """torch's CPU kernels for integer weights, where they beat dequantizing the layer.
 
 ``_weight_int4pack_mm_for_cpu`` (4-bit, groups of 32 to 256) and ``_weight_int8pack_mm`` (8-bit,
-symmetric, a scale per output row) multiply straight from the integers. For a random:50m
-gate/up projection (512 -> 2,816) in bfloat16 on one core they took 63 and 72 us at one row, where
-dequantizing then multiplying took 2.5 and 1.4 ms; at 64 rows they break even, and at 512 rows
-dequantizing is 6 to 8 times faster. In float32 they are slower than dequantizing from 16 rows on
-and the int4 one at every size. So they run for half-precision inputs of up to ``PACKED_MAX_ROWS``
-rows (decode steps), dequantizing otherwise (docs/models.md has the figures).
+symmetric, a scale per output row) multiply straight from the integers. Measured on a random:50m
+projection (docs/benchmarks.md), they are many times faster than dequantizing for a few rows in
+half precision, break even near 64 rows and lose at prefill sizes; in float32 they lose from 16
+rows on. So they run for half-precision inputs of up to ``PACKED_MAX_ROWS`` rows (decode steps),
+and the layer dequantizes otherwise.
 
 Each kernel wants its own copy of the integers, made at the first call and kept: the CPU holds
 the packed integers twice (still a quarter of a bfloat16 layer's bytes for int4).
