@@ -98,10 +98,10 @@ _RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
-# Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
-# slot of the stacked expert parameters.
 # A linear layer's tensors: plain, or a quantized layer's canonical ones (layers/quantized_weights.py).
 _LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale)"
+# Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
+# slot of the stacked expert parameters (or of a quantized stack's).
 _FUSED = [
     (re.compile(rf"(.*)\.self_attn\.([qkv])_proj\.{_LINEAR}$"), r"\1.self_attn.qkv_proj.\3"),
     (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj"),
