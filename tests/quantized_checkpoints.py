@@ -111,10 +111,11 @@ def _pack_rows(values: torch.Tensor, bits: int, order: list[int] | None = None) 
 
 
 def gptq_quantizer(bits: int, group: int, desc_act: bool, symmetric: bool) -> Quantizer:
+    """group -1: one group of every input column (a scale per output channel), as GPTQ writes it."""
     def quantize(w: torch.Tensor):
         k = w.shape[1]
         columns = torch.randperm(k, generator=torch.Generator().manual_seed(k)) if desc_act else torch.arange(k)
-        q, scale, zero, dequantized, group_of = _int_grid(w, bits, group, symmetric, columns)
+        q, scale, zero, dequantized, group_of = _int_grid(w, bits, k if group == -1 else group, symmetric, columns)
         parts = {"qweight": _pack_rows(q.t().contiguous(), bits), "scales": scale.t(),
                  "qzeros": _pack_rows(((zero - 1) & (2 ** bits - 1)).contiguous(), bits).t(),
                  "g_idx": group_of.to(torch.int32)}

@@ -48,15 +48,15 @@ def test_refused_before_weights_load(tiny_llama, tmp_path, quantization_config, 
     assert "\n" not in str(info.value) and words in str(info.value)
 
 
-def test_transformers_path_and_tensor_parallel_are_refused(tiny_llama, tmp_path):
+def test_transformers_path_and_act_order_over_ranks_are_refused(tiny_llama, tmp_path):
     path = tmp_path / "model"
     shutil.copytree(tiny_llama, path)
-    config = json.loads((path / "config.json").read_text()) | {"quantization_config": {"quant_method": "fp8",
-                                                                                         "weight_block_size": [32, 32]}}
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True}
+    config = json.loads((path / "config.json").read_text()) | {"quantization_config": gptq}
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="own model code only"):
         LLM(str(path), model_impl="transformers")
-    with pytest.raises(ValueError, match="tensor_parallel_size > 1 with a quantized checkpoint"):
+    with pytest.raises(ValueError, match="tensor_parallel_size > 1 with act-order weights"):
         LLM(str(path), tensor_parallel_size=2)
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from torch import nn
 
 from bulkinfer.layers.moe import FusedExperts
+from bulkinfer.layers.parallel import SINGLE
 from bulkinfer.layers.quantized_linear import QuantizedLinear
 from bulkinfer.layers.quantized_moe import QuantizedExperts
 from bulkinfer.layers.quantized_weights import WeightFormat
+from bulkinfer.layers.vocab_parallel import ParallelLMHead
 
 
 def quantize_layers(model: nn.Module, formats: dict[str, WeightFormat]) -> None:
@@ -20,7 +22,12 @@ def quantize_layers(model: nn.Module, formats: dict[str, WeightFormat]) -> None:
 
 
 def _quantized(plain: nn.Module, fmt: WeightFormat) -> nn.Module:
+    """The same shapes (this rank's) and the same split over ranks as ``plain``."""
     if isinstance(plain, FusedExperts):
         num_experts, hidden, inter = plain.down_proj.shape
         return QuantizedExperts(num_experts, hidden, inter, fmt)
-    return QuantizedLinear(plain.in_features, plain.out_features, fmt, plain.bias is not None)
+    tp = getattr(plain, "tp", SINGLE)
+    if isinstance(plain, ParallelLMHead) and tp.size > 1:
+        raise ValueError("a quantized lm_head cannot be split over ranks (its vocabulary slices are gathered)")
+    return QuantizedLinear(plain.in_features, plain.out_features, fmt, plain.bias is not None,
+                           split=getattr(plain.weight, "tp_dim", None), tp=tp)

@@ -15,7 +15,8 @@ from torch import nn
 
 from bulkinfer.layers.linear import invariant_linear, linear
 from bulkinfer.layers.quantized_cpu import packed_kernel_runs, packed_matmul
-from bulkinfer.layers.quantized_weights import WeightFormat, add_quantized_parameters, dequantize
+from bulkinfer.layers.parallel import SINGLE, TensorParallel
+from bulkinfer.layers.quantized_weights import WeightFormat, add_quantized_parameters, dequantize, split_dims
 
 
 class QuantizedLinear(nn.Module):
@@ -23,19 +24,27 @@ class QuantizedLinear(nn.Module):
 
     batch_invariant = False  # set by set_batch_invariant
 
-    def __init__(self, in_features: int, out_features: int, fmt: WeightFormat, bias: bool):
+    def __init__(self, in_features: int, out_features: int, fmt: WeightFormat, bias: bool,
+                 split: int | None = None, tp: TensorParallel = SINGLE):
+        """``in_features`` and ``out_features``: this rank's. ``split``: what ranks split, as the plain layer
+        this replaces: None (nothing), 0 (its outputs, column-parallel) or 1 (its inputs, row-parallel:
+        partial outputs summed across ``tp``'s ranks)."""
         super().__init__()
+        if split == 1 and fmt.act_order and tp.size > 1:
+            raise ValueError("act-order weights cannot split their inputs over ranks (the order spans all of them)")
         self.in_features, self.out_features, self.format = in_features, out_features, fmt
         add_quantized_parameters(self, fmt, out_features, in_features)
         self.perm = nn.Parameter(torch.empty(in_features, dtype=torch.int64), requires_grad=False) \
             if fmt.act_order else None
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
+        split_dims(self, fmt, split)
+        self.tp = tp if split == 1 else SINGLE  # only a row-parallel layer sums across ranks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])  # [T, in] -> [T, out]
         if self.perm is not None:
             flat = flat[:, self.perm]
-        out = self._matmul(flat)
+        out = self.tp.all_reduce(self._matmul(flat))
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:

@@ -121,6 +121,22 @@ def add_quantized_parameters(module: nn.Module, fmt: WeightFormat, out_features:
         module.weight_scale = _frozen(scale_shape, torch.float32)
 
 
+def split_dims(module: nn.Module, fmt: WeightFormat, split: int | None) -> None:
+    """Mark which dimension of each checkpoint tensor (one expert's, for a stack) ranks split (``tp_dim``,
+    as a plain layer's): ``split`` 0, the output rows, splits every tensor by rows; 1, the input columns,
+    splits the weight and whatever has a column per group of inputs, and leaves a scale per output row
+    whole. None: nothing is split."""
+    if split is None:
+        return
+    by_columns = {"qweight": True, "weight": True, "scales": fmt.group_size is not None,
+                  "zeros": fmt.group_size is not None, "weight_scale": fmt.block_size is not None}
+    for name, param in module.named_parameters(recurse=False):
+        if split == 0 and name != "perm":
+            param.tp_dim = 0
+        elif split == 1 and by_columns.get(name, False):
+            param.tp_dim = 1
+
+
 def dequantize(module: nn.Module, fmt: WeightFormat, dtype: torch.dtype, *index: int) -> torch.Tensor:
     """The plain weight [out, in] in ``dtype`` of a module given add_quantized_parameters (``index``: which
     of its leading dimensions' weights)."""

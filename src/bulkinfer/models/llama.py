@@ -140,8 +140,13 @@ class CausalLM(nn.Module):
 
     def materialize(self, device: torch.device) -> None:
         """Give a model built on the meta device real, empty parameters on ``device`` for the loader to
-        fill, its tied embeddings tied again, and its rotary table."""
+        fill, its tied embeddings tied again, its rotary table, and each parameter's ``tp_dim`` (new
+        tensors do not carry it over)."""
+        splits = {name: param.tp_dim for name, param in self.named_parameters() if hasattr(param, "tp_dim")}
         self.to_empty(device=device)
+        params = dict(self.named_parameters())
+        for name, dim in splits.items():
+            params[name].tp_dim = dim
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         with torch.device(device):
