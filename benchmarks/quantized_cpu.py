@@ -66,7 +66,7 @@ def main() -> None:
         name = str(dtype).removeprefix("torch.")
         for option, run in layer_options(dtype).items():
             inputs = {rows: torch.randn(rows, IN).to(dtype) for rows in ROWS}
-            row = {rows: best_us(lambda: run(x)) for rows, x in inputs.items()}
+            row = {rows: best_us(lambda run=run, x=x: run(x)) for rows, x in inputs.items()}
             report["microseconds"][f"{name} {option}"] = row
             print(f"{name:<9} {option:<20}" + "".join(f"{rows:>6} rows {us:>10.0f} us" for rows, us in row.items()),
                   flush=True)

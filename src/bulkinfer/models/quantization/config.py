@@ -6,8 +6,8 @@ refused in one line that names it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from bulkinfer.models.quantization.awq import awq_layout
 from bulkinfer.models.quantization.compressed_tensors import compressed_tensors_layout

@@ -8,8 +8,8 @@ them have been read, then repacked together.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import torch
 from safetensors import safe_open
