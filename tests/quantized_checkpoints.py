@@ -172,6 +172,9 @@ def write_compressed_tensors(src: Path, out: Path, weights: dict, compression_fo
             grouped = w.view(w.shape[0], -1, args.group_size or w.shape[1])
             if args.strategy == "tensor":
                 grouped = w.reshape(1, 1, -1)
+            if args.strategy == "block":  # [N / bn, K / bk, bn * bk]
+                bn, bk = args.block_structure
+                grouped = w.view(w.shape[0] // bn, bn, -1, bk).transpose(1, 2).reshape(w.shape[0] // bn, -1, bn * bk)
             scale, zero = calculate_qparams(grouped.amin(-1), grouped.amax(-1), args)
             module.weight_scale.data.copy_(scale.view_as(module.weight_scale))
             if hasattr(module, "weight_zero_point"):

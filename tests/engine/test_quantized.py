@@ -36,6 +36,9 @@ CT_WEIGHTS = {
     "ct-fp8-channel": (dict(num_bits=8, type="float", symmetric=True, strategy="channel"), "float-quantized",
                        dict(num_bits=8, type="float", symmetric=True, strategy="token", dynamic=True)),
     "ct-fp8-tensor": (dict(num_bits=8, type="float", symmetric=True, strategy="tensor"), "float-quantized", None),
+    "ct-fp8-block-32": (dict(num_bits=8, type="float", symmetric=True, strategy="block", block_structure=[32, 32]),
+                        "float-quantized", dict(num_bits=8, type="float", symmetric=True, strategy="group",
+                                                group_size=32, dynamic=True)),
 }
 BY_LAYOUT = {
     "fp8-block-32": (fp8_block_config((32, 32)), fp8_block_quantizer((32, 32))),
