@@ -1,10 +1,13 @@
-"""Quantized weights on the CPU: a random:50m projection multiplied each way the CPU can, by row count.
+"""Quantized weights on the CPU: a random:50m projection multiplied each way the CPU can, by row count;
+then the whole random:50m model, plain and quantized (bench --quantization's copies), decoding and
+prefilling.
 
 For the gate/up projection of random:50m (512 -> 2,816), int4 in groups of 128, int8 and fp8 with a
 scale per row: the plain layer, dequantizing into the compute dtype then multiplying (what
 QuantizedLinear does for large batches), and torch's packed kernels (what it does for small
-half-precision ones). One thread, best of N runs in thread CPU time, which a machine shared with
-other work hardly moves.
+half-precision ones). The model: 16 sequences decoding 32 tokens, and 8 prompts of 256 tokens
+prefilled, in bfloat16. One thread, CPU time (best of N for the layer), which a machine shared
+with other work hardly moves.
 
     python benchmarks/quantized_cpu.py [--output FILE]
 """
@@ -55,6 +58,38 @@ def layer_options(dtype: torch.dtype) -> dict:
     }
 
 
+def model_rows(dtype: str = "bfloat16") -> dict:
+    """Useful tokens per CPU second of generate() for the plain random:50m model and each quantized copy."""
+    import tempfile
+    from pathlib import Path
+
+    from bulkinfer import LLM, SamplingParams
+    from bulkinfer.bench import QUANTIZATIONS
+    from bulkinfer.bench.quantized_model import quantized_checkpoint
+    from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
+
+    plain = make_random_checkpoint(Path(tempfile.gettempdir()) / "bulkinfer-bench" / "50m-float32-ascii", SHAPES["50m"])
+    generator = torch.Generator().manual_seed(0)
+    decode = [torch.randint(200, 30000, (16,), generator=generator).tolist() for _ in range(16)]
+    prefill = [torch.randint(200, 30000, (256,), generator=generator).tolist() for _ in range(8)]
+    rows = {}
+    for name in ("plain", *QUANTIZATIONS):
+        llm = LLM(str(plain if name == "plain" else quantized_checkpoint(plain, name)), dtype=dtype, max_model_len=512)
+        llm.generate(decode[:2], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
+        rows[name] = {phase: round(tokens / _cpu_seconds(llm, prompts, max_tokens), 1) for phase, prompts, max_tokens,
+                      tokens in (("decode tok/s", decode, 32, 16 * 32), ("prefill tok/s", prefill, 1, 8 * 256))}
+        print(f"{name:<6} " + "  ".join(f"{k} {v}" for k, v in rows[name].items()), flush=True)
+    return rows
+
+
+def _cpu_seconds(llm, prompts: list, max_tokens: int) -> float:
+    from bulkinfer import SamplingParams
+
+    start = time.process_time()
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True), use_tqdm=False)
+    return time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", help="also write the figures to this JSON file")
@@ -70,6 +105,7 @@ def main() -> None:
             report["microseconds"][f"{name} {option}"] = row
             print(f"{name:<9} {option:<20}" + "".join(f"{rows:>6} rows {us:>10.0f} us" for rows, us in row.items()),
                   flush=True)
+    report["model, bfloat16, per CPU second"] = model_rows()
     if args.output:
         with open(args.output, "w") as handle:
             json.dump(report, handle, indent=2)
