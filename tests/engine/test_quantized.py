@@ -81,8 +81,8 @@ def test_logits_and_greedy_match_the_dequantized_model(quantized, checkpoint_fac
     layers = [m for m in llm.runner.model.modules() if isinstance(m, QuantizedLinear)]
     assert len(layers) == 2 * 4  # qkv, o, gate_up, down of each of the 2 layers; lm_head stays plain
     # Held quantized: at most 10 bits a weight (int8 with fp32 scales for groups of 32) where plain holds 32.
-    assert sum(layer.weight_bytes() for layer in layers) < 10 / 32 * sum(4 * m.in_features * m.out_features
-                                                                       for m in layers)
+    held = sum(p.numel() * p.element_size() for layer in layers for p in layer.parameters())
+    assert held < 10 / 32 * sum(4 * m.in_features * m.out_features for m in layers)
     plain = hf_model(checkpoint_factory("qwen2"))
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:4]
     for ids in prompt_ids:

@@ -74,9 +74,6 @@ class QuantizedLinear(nn.Module):
 
         return fp8_gemm(x, self.weight, self.weight_scale, fmt.block_size)
 
-    def weight_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.parameters())
-
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.format.describe()}"
 
