@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, tl
+from .fp8 import FP16_SHIFT, e4m3_as_fp16
 from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile, spread_columns
 from .target import KernelTarget, device_target
 
@@ -76,7 +77,7 @@ def dequantize_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, block_size:
     n, k = weight.shape[-2:]
     scale = blocks.scales.repeat_interleave(blocks.block_n, -2)[..., :n, :]
     scale = scale.repeat_interleave(blocks.block_k, -1)[..., :k]
-    return (weight.float() * scale).to(dtype)
+    return (e4m3_as_fp16(weight).float() * (scale * FP16_SHIFT)).to(dtype)
 
 
 def quantize_fp8_activations(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,3 +2,4 @@
 
 SYSTEMS = ("bulkinfer", "static", "continuous")
 WORKLOADS = ("mixed", "prefix", "synthetic")
+QUANTIZATIONS = ("fp8", "w4a16", "w8a16")  # bench --quantization (bench/quantized_model.py)

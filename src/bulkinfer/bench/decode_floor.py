@@ -89,7 +89,14 @@ def _was_pure_decode(llm, batch: int) -> bool:
 
 
 def _weight_bytes(llm) -> int:
-    return matmul_params(llm.model_config, active=False) * llm.config.dtype.itemsize
+    """The bytes of the weights a decode step multiplies by: quantized ones as they are stored."""
+    if llm.model_config.quantization is None:
+        return matmul_params(llm.model_config, active=False) * llm.config.dtype.itemsize
+    model = llm.runner.model
+    stored = {id(t): t.nbytes for t in [*model.parameters(), *model.buffers()]}  # a tied head counts once
+    # The embedding is looked up, not multiplied: only its rows of the batch are read.
+    embedding = model.model.embed_tokens.weight
+    return sum(stored.values()) - (0 if model.lm_head.weight is embedding else embedding.nbytes)
 
 
 def _kv_bytes_per_token(llm) -> int:

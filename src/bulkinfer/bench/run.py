@@ -15,12 +15,14 @@ import torch
 from bulkinfer.bench import SYSTEMS, systems
 from bulkinfer.bench.decode_floor import DecodeProbe
 from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
+from bulkinfer.bench.quantized_model import quantized_checkpoint
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
 from bulkinfer.bench.systems import Timing, quiet_third_party_logs
 from bulkinfer.bench.workloads import BENCH_SCHEMA, make_workload, prompt_tokens, useful_tokens
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.resolve import resolve_device, resolve_dtype
 from bulkinfer.models.checkpoint import resolve_model_path
+from bulkinfer.models.footprint import footprint
 from bulkinfer.models.loader import read_config
 
 TEMPERATURE = {"mixed": 0.0, "prefix": 0.0, "synthetic": 0.8}
@@ -39,10 +41,13 @@ def model_path(model: str, dtype: str) -> Path:
 
 
 def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[str, ...] = SYSTEMS,
-                  workload_seed: int = 0, structured: bool = False, repeats: int = 3, **engine_options) -> dict:
+                  workload_seed: int = 0, structured: bool = False, repeats: int = 3, quantization: str | None = None,
+                  **engine_options) -> dict:
     """engine_options: EngineConfig's fields; dtype and device hold for the baselines too. structured:
     bulkinfer runs again with every request constrained to BENCH_SCHEMA, as the system "bulkinfer-json".
-    repeats: rounds, each running every system once, in the same order (ABCABC, not AAABBB)."""
+    quantization: bulkinfer runs again on a copy of the model quantized so (bench/quantized_model.py), as
+    the system "bulkinfer-QUANTIZATION". repeats: rounds, each running every system once, in the same
+    order (ABCABC, not AAABBB)."""
     if repeats < 1:
         raise ValueError("--repeats must be at least 1")
     quiet_third_party_logs()
@@ -68,9 +73,17 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
                                                               torch_device),
     }
     order = (*compare, "bulkinfer-json") if structured else compare
+    weights = {"bulkinfer": path}
+    if quantization is not None:
+        weights[f"bulkinfer-{quantization}"] = quantized = quantized_checkpoint(path, quantization)
+        runs[f"bulkinfer-{quantization}"] = lambda first: systems.run_bulkinfer(quantized, requests, temperature,
+                                                                                probe=False, **bulkinfer_options)
+        order = (*order, f"bulkinfer-{quantization}")
     timings, sequence, failures = _run_in_turn({system: runs[system] for system in order}, repeats)
     peak = matmul_tflops(torch_dtype, torch_device)
     report = _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
+    if quantization is not None:
+        _compare_weights(report["systems"], weights, model_config)
     report["runs"] = sequence
     report["systems"].update({system: {"error": error} for system, error in failures.items()})
     if probe := next((t.decode for t in timings.get("bulkinfer", []) if t.decode is not None), None):
@@ -99,6 +112,18 @@ def _run_in_turn(runs: dict[str, Callable[[bool], Timing]], repeats: int) -> tup
             timings.setdefault(system, []).append(timing)
             sequence.append({"system": system, "seconds": round(timing.seconds, 3)})
     return timings, sequence, failures
+
+
+def _compare_weights(rows: dict, paths: dict[str, Path], model_config) -> None:
+    """Each bulkinfer system's weight bytes as its checkpoint stores them, and the quantized one's
+    useful tok/s against the unquantized one's."""
+    for system, path in paths.items():
+        if system in rows:
+            rows[system]["weight_bytes"] = footprint(path, read_config(path)[0]).weight_bytes
+    base = rows.get("bulkinfer", {}).get("useful_output_tok_s")
+    for system in paths:
+        if base and system != "bulkinfer" and "useful_output_tok_s" in rows.get(system, {}):
+            rows[system]["vs_unquantized"] = round(rows[system]["useful_output_tok_s"] / base, 3)
 
 
 def _decode_report(probe: DecodeProbe | str, bandwidth: float) -> dict:
@@ -162,6 +187,9 @@ def format_report(report: dict) -> str:
             lines.append(f"  {name:<14} failed: {row['error']}")
             continue
         speedup = f"  (bulkinfer {row['bulkinfer_speedup']}x)" if "bulkinfer_speedup" in row else ""
+        if "weight_bytes" in row:
+            versus = f", {row['vs_unquantized']}x the unquantized tok/s" if "vs_unquantized" in row else ""
+            speedup = f"  (weights {row['weight_bytes'] / 2 ** 20:,.1f} MiB{versus})"
         if "vs_unconstrained" in row:
             grammar = row["grammar"]
             speedup = (f"  ({row['vs_unconstrained']:.1%} of unconstrained in generated tok/s; masks "

@@ -200,7 +200,7 @@ def probe_masks(llm: LLM, params: SamplingParams, rows: int = 256, steps: int = 
     times = []
     try:
         for _ in range(steps):
-            seqs = [SimpleNamespace(matcher=matcher) for matcher in matchers]
+            seqs = [SimpleNamespace(matcher=matcher, grammar_active=True) for matcher in matchers]
             logits = torch.zeros(rows, llm.model_config.vocab_size)
             start = time.perf_counter()
             masks.apply(masks.start(seqs), logits)

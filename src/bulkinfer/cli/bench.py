@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bulkinfer.bench import SYSTEMS, WORKLOADS
+from bulkinfer.bench import QUANTIZATIONS, SYSTEMS, WORKLOADS
 from bulkinfer.cli.options import given_options, option_parameters
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
@@ -26,6 +26,9 @@ class BenchSettings:
                               "the range.")
     structured: str | None = setting(None, "json: run bulkinfer a second time with every request constrained to a "
                                            "small JSON schema, and report both (default: off).", choices=("json",))
+    quantization: str | None = setting(None, "fp8, w4a16 or w8a16: run bulkinfer a second time on a copy of the model "
+                                             "quantized so, and report its weight bytes and speed beside the "
+                                             "unquantized model's (default: off).", choices=QUANTIZATIONS)
     output: Path | None = setting(None, "Also write the report to this JSON file (default: none).")
 
 
@@ -51,7 +54,8 @@ def bench_command(**options: Any) -> int:
 
     try:
         report = run_benchmark(own.model, own.workload, own.num_requests, compare=systems,
-                               structured=own.structured is not None, repeats=own.repeats, **engine)
+                               structured=own.structured is not None, repeats=own.repeats,
+                               quantization=own.quantization, **engine)
     except ValueError as exc:  # an unknown random shape or engine option, or a model that is not there
         raise UsageError(str(exc)) from None
     print(format_report(report))

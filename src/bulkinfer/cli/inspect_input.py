@@ -70,6 +70,8 @@ def inspect_command(input: list[str], **options: Any) -> int:
     renderer = PromptRenderer(config, tokenizer) if model else None
     survey = _survey(sources, config, renderer, show_prompt or 0)
     console = Console()
+    if model:
+        console.print(_model_table(model, config))
     for number, prompt in enumerate(survey.shown, 1):
         console.rule(f"prompt {number}")
         console.print(prompt, markup=False, highlight=False)
@@ -133,9 +135,25 @@ def _overview(sources: list[Source], survey: Survey) -> Table:
 
 
 def _model_table(model: str, config: JobConfig) -> Table:
+    """The model's weight format and bytes, and what a token costs in its KV cache."""
+    from bulkinfer.models.checkpoint import resolve_model_path
+    from bulkinfer.models.footprint import footprint
+    from bulkinfer.models.loader import read_config
+
+    try:
+        path = resolve_model_path(model, config.engine.revision)
+        weights = footprint(path, read_config(path, config.engine.model_impl)[0])
+    except ValueError as exc:  # not a model, or one bulkinfer refuses: its one-line reason
+        raise UsageError(str(exc)) from None
     table = Table(title="model", title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_row("weights", f"{weights.weight_format}, {_size(weights.weight_bytes)}")
     table.add_row("KV cache", kv_cache_line(model, config.engine))
     return table
+
+
+def _size(count: int) -> str:
+    unit = max((u for u in range(4) if count >= 1024 ** u), default=0)
+    return f"{count / 1024 ** unit:,.1f} {('bytes', 'KiB', 'MiB', 'GiB')[unit]}"
 
 
 def _estimate(survey: Survey, config: JobConfig, in_tokens: bool, hourly_cost: float | None,

@@ -33,6 +33,10 @@ class ResolvedConfig:
 def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
     if model.implementation == "transformers":
         check_transformers_path(options, model)
+    if model.quantization is not None and model.quantization.layout.format.act_order \
+            and options.tensor_parallel_size > 1:
+        raise ValueError(f"tensor_parallel_size > 1 with act-order weights ({model.quantization.describe()}): the "
+                         "order spans every input column, so row-parallel layers cannot split them")
     device = resolve_device(options.device)
     return ResolvedConfig(options, device, resolve_dtype(options.dtype, model, device),
                           resolve_max_model_len(options.max_model_len, model),

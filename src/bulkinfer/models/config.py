@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
 
@@ -69,6 +70,7 @@ class ModelConfig:
     sliding_window: int | None
     moe: MoEConfig | None = None  # None: a dense model
     implementation: str = "native"  # whose code runs it: "native" (models/llama.py) or "transformers"
+    quantization: QuantizationConfig | None = None  # None: plain weights
 
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
@@ -99,6 +101,7 @@ class ModelConfig:
             torch_dtype=checkpoint_dtype(hf.get("dtype") or hf.get("torch_dtype")),
             sliding_window=_sliding_window(hf),
             moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
+            quantization=quantization_from_hf(hf),
         )
 
 

@@ -135,8 +135,26 @@ class CausalLM(nn.Module):
         self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, tp)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.register_buffer("rope_cache", cos_sin_cache(
-            config.head_dim, max_position, config.rope_theta, config.rope_scaling), persistent=False)
+        self.max_position = max_position
+        self.register_buffer("rope_cache", self._rope_table(), persistent=False)
+
+    def _rope_table(self) -> torch.Tensor:
+        config = self.config
+        return cos_sin_cache(config.head_dim, self.max_position, config.rope_theta, config.rope_scaling)
+
+    def materialize(self, device: torch.device) -> None:
+        """Give a model built on the meta device real, empty parameters on ``device`` for the loader to
+        fill, its tied embeddings tied again, its rotary table, and each parameter's ``tp_dim`` (new
+        tensors do not carry it over)."""
+        splits = {name: param.tp_dim for name, param in self.named_parameters() if hasattr(param, "tp_dim")}
+        self.to_empty(device=device)
+        params = dict(self.named_parameters())
+        for name, dim in splits.items():
+            params[name].tp_dim = dim
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        with torch.device(device):
+            self.rope_cache = self._rope_table()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn: AttentionMetadata) -> torch.Tensor:  # [T] -> hidden [T, hidden]

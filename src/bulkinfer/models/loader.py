@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Container, Iterator
 
 import torch
 from torch import nn
@@ -14,8 +14,12 @@ from safetensors import safe_open
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.checkpoint import safetensors_files
-from bulkinfer.models.config import ModelConfig, native_architecture
+from bulkinfer.layers.quantize import quantize_layers
+from bulkinfer.layers.quantized_weights import WeightFormat
+from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.llama import CausalLM
+from bulkinfer.models.quantization.config import quantization_from_hf
+from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
 from bulkinfer.models.refusal import UnsupportedModelError, refuse_tokenizer_code, refusal_reason
 
 
@@ -34,9 +38,12 @@ def _model_config(path: Path, hf: dict, model_impl: str) -> ModelConfig:
     if model_impl == "native" or (model_impl == "auto" and native_architecture(hf)):
         return ModelConfig.from_hf(hf)
     reason = refusal_reason(hf)
+    names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
     if reason:
-        names = ", ".join(hf.get("architectures") or ()) or "(none given in config.json)"
         raise UnsupportedModelError(f"unsupported architecture {names}: {reason}")
+    if quantization_from_hf(hf):
+        raise UnsupportedModelError(f"quantized {names}: quantized checkpoints run on bulkinfer's own model code "
+                                    f"only, which runs {', '.join(SUPPORTED_ARCHITECTURES)}")
     from bulkinfer.models.transformers_backend.config import transformers_model_config
 
     return transformers_model_config(path, hf)
@@ -52,8 +59,7 @@ def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torc
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device(device):
-            model = CausalLM(config, ops, max_position, tp)
+        model = _build(path, config, ops, max_position, tp, device)
     finally:
         torch.set_default_dtype(default_dtype)
     load_weights(model, path)
@@ -61,18 +67,48 @@ def load_model(path: Path, config: ModelConfig, dtype: torch.dtype, device: torc
     return model.eval().requires_grad_(False)
 
 
+def _build(path: Path, config: ModelConfig, ops: KernelOps, max_position: int, tp: TensorParallel,
+           device: torch.device) -> CausalLM:
+    """The model with empty parameters. A quantized one is first built without memory, so that its
+    quantized layers never hold a plain weight, even for a moment."""
+    if config.quantization is None:
+        with torch.device(device):
+            return CausalLM(config, ops, max_position, tp)
+    with torch.device("meta"):
+        model = CausalLM(config, ops, max_position, tp)
+        quantize_layers(model, _quantized_modules(path, config))
+    model.materialize(device)
+    return model
+
+
+def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightFormat]:
+    """Our linear layer, or stack of experts, of each quantized checkpoint layer -> its format."""
+    fmt = config.quantization.layout.format
+    targets = {_target(f"{layer}.weight")[0] for layer in quantized_layers(path, config.quantization.layout)}
+    # A linear layer's target is its weight; an expert's, its stack's gate_up_proj or down_proj.
+    modules = {target.rpartition(".")[0] for target in targets}
+    if fmt.act_order and any(name.endswith(".experts") for name in modules):
+        raise UnsupportedModelError(f"{config.quantization.describe()} for mixture-of-experts experts: "
+                                    "bulkinfer runs quantized experts without act-order")
+    return dict.fromkeys(modules, fmt)
+
+
 # Mixtral's names for its experts -> Qwen's, which are ours.
 _RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
+# A linear layer's tensors: plain, or a quantized layer's canonical ones (layers/quantized_weights.py).
+_LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale)"
 # Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
-# slot of the stacked expert parameters.
+# slot of the stacked expert parameters (or of a quantized stack's).
 _FUSED = [
-    (re.compile(r"(.*)\.self_attn\.([qkv])_proj\.(weight|bias)$"), r"\1.self_attn.qkv_proj.\3"),
+    (re.compile(rf"(.*)\.self_attn\.([qkv])_proj\.{_LINEAR}$"), r"\1.self_attn.qkv_proj.\3"),
     (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj"),
     (re.compile(r"(.*\.experts)\.\d+\.(down)_proj\.weight$"), r"\1.down_proj"),
-    (re.compile(r"(.*)\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj.weight"),
+    (re.compile(rf"(.*\.experts)\.\d+\.(gate|up)_proj\.{_LINEAR}$"), r"\1.gate_up_proj.\3"),
+    (re.compile(rf"(.*\.experts)\.\d+\.(down)_proj\.{_LINEAR}$"), r"\1.down_proj.\3"),
+    (re.compile(rf"(.*)\.(gate|up)_proj\.{_LINEAR}$"), r"\1.gate_up_proj.\3"),
 ]
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 # An FP8 KV cache's scales, one per attention layer: compressed-tensors' self_attn.k_scale/v_scale,
@@ -92,17 +128,20 @@ def load_weights(model: CausalLM, path: Path) -> None:
     """Copy each checkpoint tensor, or this rank's slice of it, into its place in our layout."""
     params = dict(model.named_parameters())
     loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
-    for name, tensor in _checkpoint_tensors(path):
+    for name, tensor in _tensors(path, model.config):
         if _KV_SCALE.match(name):
             _set_kv_scale(model, name, tensor)
             continue
         if "rotary_emb" in name or (name == "lm_head.weight" and model.config.tie_word_embeddings):
             continue
-        target, which = _target(name)
+        target, which = _target(name, params)
         if target not in params:
             raise ValueError(f"checkpoint tensor {name} has no place in {model.config.architecture}")
         param = params[target]
         part = _part(param.data, name, which, model.config, model.tp.size)
+        if target.endswith(".perm") and loaded[target] and not torch.equal(part, tensor):
+            raise ValueError(f"checkpoint tensor {name}: its act-order differs from the other projections' "
+                             "of the same input, which share one layer here")
         _copy_shard(name, tensor, part, getattr(param, "tp_dim", None), model.tp)
         loaded[target] += 1
     missing = [name for name, param in params.items() if loaded[name] < _parts(name, param)]
@@ -126,13 +165,15 @@ def _copy_shard(name: str, tensor: torch.Tensor, part: torch.Tensor, dim: int | 
     part.copy_(tensor)
 
 
-def _target(name: str) -> tuple[str, str | None]:
-    """Our parameter for a checkpoint tensor, and which part of a fused one it fills."""
+def _target(name: str, params: Container[str] | None = None) -> tuple[str, str | None]:
+    """Our parameter for a checkpoint tensor, and which part of a fused one it fills: the first rule's
+    that names one of ``params`` (an fp8 expert's ``weight`` goes into a plain stack, or into a quantized
+    stack's ``weight``), or the first rule's when ``params`` is not given."""
     for pattern, replacement in _RENAMES:
         name = pattern.sub(replacement, name)
     for pattern, replacement in _FUSED:
         match = pattern.match(name)
-        if match:
+        if match and (params is None or pattern.sub(replacement, name) in params):
             return pattern.sub(replacement, name), match.group(2)
     return name, None
 
@@ -142,27 +183,41 @@ def _part(data: torch.Tensor, name: str, which: str | None, config: ModelConfig,
     expert = _EXPERT.search(name)
     if expert:
         data = data[int(expert.group(1))]
+    if which is None or which == "down" or name.endswith(".perm"):  # an act-order perm: the input's, shared
+        return data
     if which in ("gate", "up"):  # this rank's gate rows, then its up rows
         return data.chunk(2)[which == "up"]
-    return data if which in (None, "down") else data[_qkv_rows(which, config, tp_size)]
+    return data[_qkv_rows(which, config, tp_size, data.shape[0])]
 
 
 def _parts(param_name: str, param: torch.Tensor) -> int:
     """How many checkpoint tensors fill a parameter."""
     if ".qkv_proj." in param_name:
         return 3
-    if param_name.endswith(".experts.gate_up_proj"):
+    if ".experts.gate_up_proj" in param_name:  # plain, or one of a quantized stack's tensors
         return 2 * param.shape[0]
-    if param_name.endswith(".experts.down_proj"):
+    if ".experts.down_proj" in param_name:
         return param.shape[0]
     return 2 if ".gate_up_proj." in param_name else 1
 
 
-def _qkv_rows(which: str, config: ModelConfig, tp_size: int) -> slice:
-    """Where one rank's slice of q, k or v sits in its fused parameter."""
+def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice:
+    """Where one rank's slice of q, k or v sits in its fused parameter of ``rows`` rows: one per output,
+    or, for fp8 block scales, one per block of outputs."""
     q, kv = config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
     start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[which]
-    return slice(start, start + size)
+    block = (q + 2 * kv) // rows
+    if start % block or size % block:
+        raise ValueError(f"the {which} projection does not fill whole blocks of {block} rows of scales")
+    return slice(start // block, (start + size) // block)
+
+
+def _tensors(path: Path, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+    """The checkpoint's tensors, a quantized layer's as their canonical layout."""
+    if config.quantization is None:
+        return _checkpoint_tensors(path)
+    layout = config.quantization.layout
+    return canonical_tensors(_checkpoint_tensors(path), quantized_layers(path, layout), layout)
 
 
 def _checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
