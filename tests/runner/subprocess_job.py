@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import signal
 import subprocess
 import sys
 import time
@@ -50,3 +52,26 @@ def assert_consistent(out: Path) -> None:
     progress.done_rows()  # raises if a row is committed twice
     for commit in progress.files:
         assert (out / "shards" / commit.file).is_file()
+
+
+def killed_and_resumed(model: Path, data: Path, out: Path, extra: tuple[str, ...], seed: int) -> None:
+    """Run the job in a child process, SIGKILL it at random moments after a commit (twice at most), checking
+    what each kill leaves; then run it to the end."""
+    generator, kills = random.Random(seed), 0
+    for _ in range(6):
+        process = start(model, data, out, extra=extra)
+        before = commits(out)
+        if wait_for(lambda: commits(out) > before, process):
+            try:
+                process.wait(timeout=generator.uniform(0.0, 0.4))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)
+                kills += 1
+        process.communicate(timeout=300)
+        assert_consistent(out)
+        if kills == 2 or process.returncode == 0:
+            break
+    assert kills >= 1
+    process = start(model, data, out, extra=extra)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err

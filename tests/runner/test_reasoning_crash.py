@@ -1,14 +1,11 @@
 """A job of a thinking model resumes after SIGKILL like any job: every row once, the reasoning columns in
 every result file, the same rows as an uninterrupted run."""
 
-import random
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from runner_files import read_results, write_jsonl
-from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
+from subprocess_job import SETTINGS, killed_and_resumed
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
@@ -42,24 +39,8 @@ def test_a_thinking_job_resumes_after_sigkill(tmp_path: Path, data: Path, r1_dir
     run_job(JobConfig.from_settings(model=str(r1_dir), input=[str(data)], output=str(tmp_path / "base"),
                                     **settings))
     baseline = _exported(tmp_path / "base")
-    out, generator, kills = tmp_path / "out", random.Random(7), 0
-    for _ in range(6):
-        process = start(r1_dir, data, out, extra=FLAGS)
-        before = commits(out)
-        if wait_for(lambda: commits(out) > before, process):
-            try:
-                process.wait(timeout=generator.uniform(0.0, 0.4))
-            except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-        process.communicate(timeout=300)
-        assert_consistent(out)
-        if kills == 2 or process.returncode == 0:
-            break
-    assert kills >= 1
-    process = start(r1_dir, data, out, extra=FLAGS)
-    _, err = process.communicate(timeout=300)
-    assert process.returncode == 0, err
+    out = tmp_path / "out"
+    killed_and_resumed(r1_dir, data, out, FLAGS, seed=7)
     rows = _exported(out)
     assert [row["row_index"] for row in rows] == list(range(ROWS))
     assert rows == baseline
