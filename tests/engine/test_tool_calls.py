@@ -116,3 +116,19 @@ def test_tool_call_parser_names_the_format_whatever_the_template(tmp_path):
     (output,) = LLM(str(path), max_model_len=2048, tool_call_parser="none").chat(
         ASK, SamplingParams(max_tokens=4), tools=TOOLS, use_tqdm=False)
     assert output.outputs[0].tool_calls is None
+
+
+def test_a_thinking_model_reasons_before_its_forced_call(checkpoint_factory):
+    """Qwen3's template writes hermes calls and leaves the thinking to the model: a forced call opens the
+    thinking, the budget closes it, and the call that follows is read from the answer alone."""
+    llm = LLM(str(checkpoint_factory("qwen3", tokenizer="qwen3", max_position_embeddings=4096)), max_model_len=4096)
+    params = SamplingParams(tool_choice={"type": "function", "function": {"name": "get_time"}}, thinking_budget=4,
+                            temperature=1.0, seed=3, n=4, max_tokens=60)
+    (output,) = llm.chat(ASK, params, tools=TOOLS, use_tqdm=False)
+    finished = [sample for sample in output.outputs if sample.finish_reason == "stop"]
+    assert finished
+    for sample in finished:
+        assert sample.num_reasoning_tokens == 4 and "<tool_call>" not in sample.reasoning
+        (call,) = sample.tool_calls
+        assert call.name == "get_time" and sample.text == ""
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS["get_time"])
