@@ -75,9 +75,13 @@ def dequantize_fp8(weight: torch.Tensor, weight_scale: torch.Tensor, block_size:
     """The weight [..., N, K] in ``dtype``, computed in fp32 and rounded once, as the weight-only kernel does."""
     blocks = block_scales(weight, weight_scale, block_size)
     n, k = weight.shape[-2:]
-    scale = blocks.scales.repeat_interleave(blocks.block_n, -2)[..., :n, :]
-    scale = scale.repeat_interleave(blocks.block_k, -1)[..., :k]
-    return (e4m3_as_fp16(weight).float() * (scale * FP16_SHIFT)).to(dtype)
+    # Expanded only along the dimensions blocks split; a single row or column of scales broadcasts.
+    scale = blocks.scales * FP16_SHIFT
+    if scale.shape[-2] > 1:
+        scale = scale.repeat_interleave(blocks.block_n, -2)[..., :n, :]
+    if scale.shape[-1] > 1:
+        scale = scale.repeat_interleave(blocks.block_k, -1)[..., :k]
+    return (e4m3_as_fp16(weight).float() * scale).to(dtype)
 
 
 def quantize_fp8_activations(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,12 +54,14 @@ def unpack_int_weight(qweight: torch.Tensor, bits: int) -> torch.Tensor:
 
 def dequantize_int_weight(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, group_size: int,
                           bits: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The weight [..., N, K] in ``dtype`` (the scales' by default), computed in fp32 and rounded
-    once, as the kernel does."""
-    q = unpack_int_weight(qweight, bits).float()
-    zero = zeros.float() if zeros is not None else torch.full_like(scales, 2 ** (bits - 1), dtype=torch.float32)
-    weight = (q.unflatten(-1, (-1, group_size)) - zero[..., None]) * scales.float()[..., None]
-    return weight.flatten(-2).to(dtype or scales.dtype)
+    """The weight [..., N, K] in ``dtype`` (the scales' by default), each value rounded once, as the kernel
+    does. ``q - z`` is a small integer, exact in any float type, so its product with a scale already in
+    ``dtype`` rounds once there: it is computed in ``dtype`` then, without fp32's larger temporaries."""
+    dtype = dtype or scales.dtype
+    compute = dtype if scales.dtype == dtype else torch.float32
+    q = unpack_int_weight(qweight, bits).to(compute).unflatten(-1, (-1, group_size))
+    zero = zeros.to(compute)[..., None] if zeros is not None else 2 ** (bits - 1)
+    return ((q - zero) * scales.to(compute)[..., None]).flatten(-2).to(dtype)
 
 
 def int_weight_gemm_ref(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None,
