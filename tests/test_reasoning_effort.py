@@ -13,7 +13,8 @@ from bulkinfer.engine.reasoning.effort import thinking_budget
 from bulkinfer.openai_batch.convert import convert_batch_file
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import SourceRow
-from bulkinfer.runner.requests import GenerateRequests
+from bulkinfer.runner.tasks.base import EngineFacts
+from bulkinfer.runner.tasks.generate import GenerateTask
 from bulkinfer.sampling_params import SamplingParams
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
@@ -45,7 +46,7 @@ def test_a_jobs_rows_carry_their_effort_into_gpt_oss_system_message(tokenizer):
     rows = [SourceRow(0, {"messages": QUESTION, "effort": "high"}, "line 1"),
             SourceRow(1, {"messages": QUESTION, "effort": None}, "line 2"),
             SourceRow(2, {"messages": QUESTION, "effort": "max"}, "line 3")]
-    prepared = GenerateRequests(config, tokenizer, 4096)(rows)
+    prepared = GenerateTask(config, EngineFacts(tokenizer, 4096)).prepare(rows)
     prompts = {work.row.index: tokenizer.decode(work.token_ids) for work in prepared.work}
     assert "Reasoning: high\n" in prompts[0]
     assert "Reasoning: low\n" in prompts[1]  # the job's setting

@@ -19,7 +19,8 @@ from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.outdir.result_files import ResultFiles
 from bulkinfer.runner.readers import SourceRow
-from bulkinfer.runner.requests import GenerateRequests
+from bulkinfer.runner.tasks.base import EngineFacts
+from bulkinfer.runner.tasks.generate import GenerateTask
 
 LINES = 10_000
 POISONED = (1, 151, 10_000)  # line numbers, from 1
@@ -80,7 +81,7 @@ def test_parquet_text_that_is_not_utf8_is_its_own_error_row(tmp_path: Path, tiny
 
 def test_text_the_tokenizer_fails_on_fails_only_its_row(tiny_llama: Path) -> None:
     config = JobConfig.from_settings(model="m", input=["i"], output="o", max_tokens=4)
-    requests = GenerateRequests(config, AutoTokenizer.from_pretrained(tiny_llama), 64)
+    requests = GenerateTask(config, EngineFacts(AutoTokenizer.from_pretrained(tiny_llama), 64)).prepare
     rows = [SourceRow(0, {"prompt": "1+1="}, "line 1"), SourceRow(1, {"prompt": "1+\ud800="}, "line 2"),
             SourceRow(2, {"prompt": "2+2="}, "line 3")]
     prepared = requests(rows)

@@ -8,7 +8,8 @@ from transformers import AutoTokenizer
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import SourceRow
-from bulkinfer.runner.requests import GenerateRequests
+from bulkinfer.runner.tasks.base import EngineFacts
+from bulkinfer.runner.tasks.generate import GenerateTask
 
 MAX_MODEL_LEN = 64
 
@@ -21,7 +22,7 @@ def tokenizer(tiny_llama: Path):
 def _prepare(tokenizer, rows: list, **settings):
     config = JobConfig.from_settings(model="m", input=["i"], output="o", max_tokens=8, **settings)
     window = [SourceRow(i, values, f"in.jsonl line {i + 1}") for i, values in enumerate(rows)]
-    return GenerateRequests(config, tokenizer, MAX_MODEL_LEN)(window)
+    return GenerateTask(config, EngineFacts(tokenizer, MAX_MODEL_LEN)).prepare(window)
 
 
 def _errors(prepared) -> dict[int, str]:

@@ -10,11 +10,14 @@ from bulkinfer.errors import RunError
 from bulkinfer.runner.readers import read_rows, windows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import resolve_sources, scan_inputs
+from bulkinfer.runner.tasks import reserved_columns
+
+GENERATE = reserved_columns("generate")
 
 
 def _rows(paths: list[Path], done: RowSet | None = None, batch_rows: int = 3):
     files = scan_inputs(resolve_sources([str(p) for p in paths]))
-    return files, list(read_rows(files, done or RowSet(), batch_rows))
+    return files, list(read_rows(files, done or RowSet(), batch_rows, reserved=GENERATE))
 
 
 def test_every_non_blank_line_is_one_row_and_bad_lines_say_where(tmp_path: Path) -> None:
@@ -78,7 +81,7 @@ def test_lines_appended_to_a_file_being_read_are_not_rows_of_the_job(tmp_path: P
     first = write_jsonl(tmp_path / "a.jsonl", [{"prompt": f"a{i}"} for i in range(3)])
     second = write_jsonl(tmp_path / "b.jsonl", [{"prompt": f"b{i}"} for i in range(3)])
     files = scan_inputs(resolve_sources([str(first), str(second)]))
-    rows = read_rows(files, RowSet(), batch_rows=3)
+    rows = read_rows(files, RowSet(), batch_rows=3, reserved=GENERATE)
     taken = [next(rows)]  # a.jsonl is open
     with open(first, "a") as handle:
         handle.write('{"prompt": "late"}\n')
@@ -95,7 +98,7 @@ def test_a_file_cut_short_while_read_is_refused_not_read_short(tmp_path: Path) -
     path.write_text("".join(lines[:3]) + " " * (len(lines[3]) - 1) + "\n")  # the last row blanked out
     os.utime(path, ns=(mtime, mtime))  # same size and time as recorded, yet a row short: the count decides
     with pytest.raises(RunError, match="holds 3 rows where the job recorded 4"):
-        list(read_rows(files, RowSet(), batch_rows=3))
+        list(read_rows(files, RowSet(), batch_rows=3, reserved=GENERATE))
 
 
 
@@ -104,7 +107,7 @@ def test_a_compressed_file_cut_while_read_is_said_as_changed(tmp_path: Path) -> 
     with gzip.open(path, "wt") as handle:  # random text: it does not compress, so the file outgrows a read buffer
         handle.write("".join(f'{{"prompt": "{os.urandom(500).hex()}"}}\n' for _ in range(4000)))
     files = scan_inputs(resolve_sources([str(path)]))
-    rows = read_rows(files, RowSet(), batch_rows=100)
+    rows = read_rows(files, RowSet(), batch_rows=100, reserved=GENERATE)
     next(rows)  # the file is open, its first megabyte read
     with open(path, "r+b") as handle:  # in place, as a tool rewriting the file would leave it half way
         handle.truncate(path.stat().st_size // 2)

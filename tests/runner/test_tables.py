@@ -1,7 +1,7 @@
 import pyarrow as pa
 
-from bulkinfer.runner.columns import result_columns
 from bulkinfer.runner.outdir.row_tables import conform, rows_to_table, unified_schema
+from bulkinfer.runner.tasks import result_columns
 
 
 def test_uneven_rows_keep_every_key_and_odd_columns_become_text() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from bulkinfer.runner.requests import length_bin
+from bulkinfer.runner.bins import length_bin
 
 BAR_WIDTH = 40
 

@@ -24,6 +24,7 @@ from bulkinfer.runner.prompts import PromptRenderer
 from bulkinfer.runner.readers import Source, columns_of, read_rows, windows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import check_columns, resolve_sources, scan_inputs
+from bulkinfer.runner.tasks import reserved_columns
 from bulkinfer.settings import Setting, expand_home, setting, settings_of
 
 WINDOW = 10_000  # rows tokenized per batch call
@@ -93,7 +94,7 @@ inspect_command.__annotations__ = {p.name: p.annotation for p in inspect_command
 
 def _survey(sources: list[Source], config: JobConfig, renderer: PromptRenderer | None, show: int) -> Survey:
     survey = Survey()
-    rows = read_rows(scan_inputs(sources), RowSet(), WINDOW)
+    rows = read_rows(scan_inputs(sources), RowSet(), WINDOW, reserved=reserved_columns(config.task))
     for window in windows(rows, WINDOW):
         texts = list(_prompts(window, config, renderer, survey))
         survey.shown += texts[:show - len(survey.shown)]

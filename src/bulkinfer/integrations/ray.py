@@ -17,18 +17,16 @@ the same class under a crash-safe output directory (see ray_job.py).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pyarrow as pa
 
 from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.job import load_llm
+from bulkinfer.runner.job import engine_facts, load_llm
 from bulkinfer.runner.outdir.row_tables import rows_to_table
 from bulkinfer.runner.readers import SourceRow
-from bulkinfer.runner.requests import GenerateRequests
-from bulkinfer.runner.results import GenerateResults
+from bulkinfer.runner.tasks.generate import GenerateTask
 
 RAY_INSTALL_HINT = "Ray is not installed; install it with: pip install 'bulkinfer[ray]'"
 # JobConfig needs an input and an output; a processor has neither, its pipeline reads and writes.
@@ -44,8 +42,7 @@ class LLMProcessor:
     def _load(self, config: JobConfig) -> None:
         self.config = config
         self.llm = load_llm(self.config)
-        self.prepare = GenerateRequests(self.config, copy.deepcopy(self.llm.tokenizer), self.llm.max_model_len)
-        self.results = GenerateResults(self.config, self.llm.reasoning is not None)
+        self.task = GenerateTask(self.config, engine_facts(self.llm))
         self._next_index = 0  # numbers rows of batches without a row_index column
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -53,15 +50,15 @@ class LLMProcessor:
 
     def process(self, rows: list[SourceRow]) -> list[dict[str, Any]]:
         """An output row for every input row: generated, or with the error that stopped it."""
-        prepared = self.prepare(rows)
-        done = [self.results.failure(failure.row, failure.error, failure.prompt_tokens)
+        prepared = self.task.prepare(rows)
+        done = [self.task.failure(failure.row, failure.error, failure.prompt_tokens)
                 for failure in prepared.failures]
         in_flight = {}
         for work in prepared.work:
             self.llm.add_request(work.request_id, work.token_ids, work.params)
             in_flight[work.request_id] = work
         while self.llm.has_unfinished_requests():
-            done.extend(self.results.collect(in_flight.pop(output.request_id), output) for output in self.llm.step())
+            done.extend(self.task.collect(in_flight.pop(output.request_id), output) for output in self.llm.step())
         return done
 
     def _source_rows(self, batch: pa.Table) -> list[SourceRow]:

@@ -24,6 +24,7 @@ from bulkinfer.runner.loop import Reporter
 from bulkinfer.runner.open_job import OpenJob
 from bulkinfer.runner.readers import InputFile, read_rows
 from bulkinfer.runner.rowset import RowSet, decode_rows, encode_rows
+from bulkinfer.runner.tasks import reserved_columns
 from bulkinfer.settings import setting
 
 # Finished rows travel to the driver pickled, one per cell, so their values reach the result writer
@@ -108,7 +109,8 @@ class BlockProcessor(LLMProcessor):
     def __call__(self, blocks: pa.Table) -> Iterator[pa.Table]:
         for block in blocks.to_pylist():
             done = RowSet(decode_rows(block["done"]))
-            rows = list(read_rows(self.files, done, self.config.window_rows, range(block["start"], block["stop"])))
+            rows = list(read_rows(self.files, done, self.config.window_rows, range(block["start"], block["stop"]),
+                                  reserved=reserved_columns(self.config.task)))
             results = [pickle.dumps(row) for row in self.process(rows)]
             yield pa.table({PAYLOAD: pa.array(results, pa.binary())})
 

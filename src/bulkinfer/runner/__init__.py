@@ -5,9 +5,9 @@
     outcome = run_job(config)        # or resume: the same call on the same output directory
     export_job(Path("out"), Path("results.parquet"))
 
-A row's path: sources.py finds its file, readers.py reads it, requests.py makes its engine request,
-loop.py runs it, results.py builds its result row, outdir/commit.py commits it; status.py and
-export.py read it back.
+A row's path: readers.py reads it, its task (tasks/generate.py, ...) makes its engine requests, loop.py
+runs them through the engine, the task builds its result row, outdir/commit.py commits it; status.py
+and export.py read it back.
 """
 
 from bulkinfer.errors import UsageError

@@ -18,7 +18,9 @@ from bulkinfer.errors import UsageError
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, check_choices, construct, expand_paths, setting, settings_of
 
-TASKS = ("generate", "score", "choice")
+# The registry of tasks (runner/tasks/) imports this module, so the names are declared here too; a test
+# checks that the two agree.
+TASK_NAMES = ("generate", "score", "choice")
 
 
 def _job_sampling() -> SamplingParams:
@@ -60,7 +62,7 @@ class JobConfig:
                                          "rows (default: fail).", choices=("left", "right"))
     # What to do with each row: generate text, score a continuation, or pick the likeliest of its choices.
     task: str = setting("generate", "generate, score (logprob of a continuation column) or choice (likeliest "
-                                    "of a choices column).", choices=TASKS)
+                                    "of a choices column).", choices=TASK_NAMES)
     context_column: str = setting("context", "Column with the context text (--task score).")
     continuation_column: str = setting("continuation", "Column with the continuation to score (--task score).")
     choices_column: str = setting("choices", "Column with a list of candidate continuations of the prompt "

@@ -20,13 +20,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
-from bulkinfer.runner.columns import FIXED_TYPES, ROW_INDEX, result_columns
+from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.destination import export_destination, writing
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
 from bulkinfer.runner.outdir.row_tables import fits, json_line, narrowed, unified_schema, widened
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
 from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
+from bulkinfer.runner.tasks import declared_types, result_columns
 
 CHUNK_ROWS = 10_000  # rows per ordered slice; with the files it overlaps, what export holds at once
 CHUNK_CELLS = 4_000_000  # values read at once: fewer rows when the rows have many columns (distinct JSONL keys)
@@ -46,7 +47,7 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
     union = load_union(output)
     _check_exportable(output, union, partial)
     spans = list(union.result_files())
-    schema = _job_schema(spans, result_columns(union.task))
+    schema = _job_schema(spans, union.task)
     with writing(destination) as tmp:
         rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
         if rows != union.rows_done:
@@ -78,11 +79,11 @@ def _destination_format(destination: Path) -> str:
     return fmt
 
 
-def _job_schema(spans: list[tuple[ResultFiles, Commit]], results: tuple[str, ...]) -> pa.Schema:
+def _job_schema(spans: list[tuple[ResultFiles, Commit]], task: str) -> pa.Schema:
     """The schema every committed file fits into. A column that some file's values cannot take the common
     type of (an int beyond 2**53 where another file holds floats) is text, as if those rows had shared a file."""
     schemas = [files.schema(span.file) for files, span in spans]
-    schema = unified_schema(schemas, results, FIXED_TYPES)
+    schema = unified_schema(schemas, result_columns(task), declared_types(task))
     for (files, span), own in zip(spans, schemas):
         for field in own:
             index = schema.get_field_index(field.name)

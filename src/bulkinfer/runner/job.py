@@ -22,7 +22,7 @@ from bulkinfer.runner.loop import JobLoop, Prefetcher, Reporter
 from bulkinfer.runner.open_job import OpenJob, open_job
 from bulkinfer.runner.readers import read_rows, windows
 from bulkinfer.runner.signals import StopSignals
-from bulkinfer.runner.tasks import make_task
+from bulkinfer.runner.tasks import EngineFacts, make_task, reserved_columns
 
 if TYPE_CHECKING:
     from bulkinfer.engine.llm import LLM
@@ -88,6 +88,11 @@ def load_llm(config: JobConfig) -> LLM:
         raise UsageError(f"cannot load {config.model}: {exc}") from None
 
 
+def engine_facts(llm: LLM) -> EngineFacts:
+    # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
+    return EngineFacts(copy.deepcopy(llm.tokenizer), llm.max_model_len, llm.reasoning is not None)
+
+
 class LocalExecutor:
     """The rows through this process's engine."""
 
@@ -121,11 +126,10 @@ class LocalExecutor:
         with load_llm(config) as llm:
             if stop_requested():  # loading can take minutes; a Ctrl-C meanwhile should not start the work
                 return
-            # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
-            task = make_task(config, copy.deepcopy(llm.tokenizer), llm.max_model_len, llm.reasoning is not None)
-            rows = read_rows(job.files, job.done, config.window_rows, job.rows, config.task)
+            task = make_task(config, engine_facts(llm))
+            rows = read_rows(job.files, job.done, config.window_rows, job.rows, reserved=reserved_columns(config.task))
             prepared = Prefetcher(windows(rows, config.window_rows), task.prepare)
-            loop = JobLoop(llm, prepared, job.committer(config), task.results, config.in_flight_target,
+            loop = JobLoop(llm, prepared, job.committer(config), task, config.in_flight_target,
                            stop_requested, job.rows_total, reporter)
             try:
                 loop.run()

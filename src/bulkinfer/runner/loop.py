@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Hashable, Iterator, Protocol, TypeVar
 
 from bulkinfer.runner.outdir.commit import Committer
-from bulkinfer.runner.requests import PreparedWindow, Work
-from bulkinfer.runner.results import ResultRows
+from bulkinfer.runner.tasks.base import Task
+from bulkinfer.runner.tasks.work import PreparedWindow, Work
 
 IDLE_POLL = 0.1  # seconds to wait for the next window when the engine has nothing to do
 In = TypeVar("In")
@@ -41,12 +41,12 @@ class Reporter(Protocol):
 
 class JobLoop:
     def __init__(self, llm: Any, windows: Prefetcher[PreparedWindow], committer: Committer,
-                 results: ResultRows, in_flight_target: int, stop_requested: Callable[[], bool],
+                 task: Task, in_flight_target: int, stop_requested: Callable[[], bool],
                  rows_total: int, reporter: Reporter | None = None) -> None:
         self.llm = llm
         self.windows = windows
         self.committer = committer
-        self.results = results
+        self.task = task
         self.target = in_flight_target
         self.stop_requested = stop_requested
         self.rows_total = rows_total
@@ -104,14 +104,14 @@ class JobLoop:
         if window is None or window is NOT_READY:
             return False
         for failure in window.failures:
-            self.committer.add(self.results.failure(failure.row, failure.error, failure.prompt_tokens))
+            self.committer.add(self.task.failure(failure.row, failure.error, failure.prompt_tokens))
         self.pending.extend(window.work)
         return True
 
     def _step(self) -> None:
         for output in self.llm.step():
             # None while a row still waits for others of its requests.
-            row = self.results.collect(self.in_flight.pop(output.request_id), output)
+            row = self.task.collect(self.in_flight.pop(output.request_id), output)
             if row is not None:
                 self.committer.add(row)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.errors import RunError, UsageError, disk_error
-from bulkinfer.runner.columns import result_types
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
@@ -27,6 +26,7 @@ from bulkinfer.runner.readers import InputFile, Source, check_unchanged, input_t
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import shard_of
 from bulkinfer.runner.sources import check_columns, identity_of, resolve_sources, scan_inputs
+from bulkinfer.runner.tasks import result_types
 
 logger = logging.getLogger(__name__)
 

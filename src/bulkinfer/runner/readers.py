@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
-from bulkinfer.runner.columns import reserved_clash, reserved_columns
+from bulkinfer.runner.columns import reserved_clash
 from bulkinfer.runner.rowset import RowSet
 
 READ_BUFFER = 1 << 20
@@ -114,10 +114,9 @@ class RowsToSkip(Protocol):
 
 
 def read_rows(files: list[InputFile], done: RowSet, batch_rows: int, wanted: range | None = None,
-              task: str = "generate") -> Iterator[SourceRow]:
+              *, reserved: tuple[str, ...]) -> Iterator[SourceRow]:
     """Every row of `wanted` (default: all) not in `done`, in input order, numbered by position across
-    all files. `task` says which column names the output needs for itself (see columns.reserved_columns)."""
-    reserved = reserved_columns(task)
+    all files. `reserved`: the column names the output needs for itself (tasks.reserved_columns)."""
     skipped = _Skipped(done, wanted if wanted is not None else range(sum(file.rows for file in files)))
     start = 0
     for file in files:

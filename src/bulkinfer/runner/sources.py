@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.columns import reserved_clash, reserved_columns
+from bulkinfer.runner.columns import reserved_clash
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.readers import InputFile, Source, columns_of, count_rows
+from bulkinfer.runner.tasks import input_columns, reserved_columns
 
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".lz4")
 
@@ -51,7 +52,7 @@ def check_columns(sources: list[Source], config: JobConfig) -> None:
         present = columns_of(source)
         if present is None:
             continue  # no line parses at the top of the file: each bad line will get its error row
-        for setting, column in required_columns(config):
+        for setting, column in input_columns(config):
             if column not in present:
                 raise UsageError(f"{source.name}: no column {column!r} (from {setting}); "
                                  f"its columns are: {', '.join(sorted(present)) or 'none'}")
@@ -59,21 +60,6 @@ def check_columns(sources: list[Source], config: JobConfig) -> None:
         if clash:
             raise UsageError(f"{source.name}: column {clash!r} has the name of an output column; "
                              f"rename it in the input")
-
-
-def required_columns(config: JobConfig) -> list[tuple[str, str]]:
-    """(setting, column) pairs that every input must have."""
-    if config.task == "score":
-        needed = [("context_column", config.context_column), ("continuation_column", config.continuation_column)]
-    elif config.task == "choice":
-        needed = [("prompt_column", config.prompt_column), ("choices_column", config.choices_column)]
-    elif config.messages_column:
-        needed = [("messages_column", config.messages_column)]
-    else:
-        needed = [("prompt_column", config.prompt_column)]
-    if config.id_column:
-        needed.append(("id_column", config.id_column))
-    return needed + [(f"param_columns.{param}", column) for param, column in config.param_columns.items()]
 
 
 def suffix_format(name: str) -> str | None:

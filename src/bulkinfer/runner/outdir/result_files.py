@@ -55,7 +55,7 @@ class ResultFiles:
 
     def __init__(self, directory: Path, fmt: str = "parquet", input_types: dict[str, pa.DataType] | None = None,
                  result_types: dict[str, pa.DataType] | None = None):
-        """`input_types`: those of a Parquet input's columns; `result_types`: the task's (columns.result_types).
+        """`input_types`: those of a Parquet input's columns; `result_types`: the task's (tasks.result_types).
         Parquet files keep both even where a column has no value; JSON has no types to keep."""
         self.directory = directory
         self.format = fmt

@@ -79,7 +79,7 @@ def rows_to_table(rows: list[dict[str, Any]], types: dict[str, pa.DataType] | No
 def unified_schema(schemas: Iterable[pa.Schema], results: tuple[str, ...],
                    declared: dict[str, pa.DataType] | None = None) -> pa.Schema:
     """One schema all the given ones fit into: row_index, input columns, then those of `results`
-    (the task's result columns, see columns.result_columns) that the files hold, in that order.
+    (the task's result columns, see tasks.result_columns) that the files hold, in that order.
     A column with no value in any file (type null: files written before result types were declared)
     takes its `declared` type, so that it is the same whichever rows the job had."""
     types: dict[str, list[pa.DataType]] = {}

@@ -1,0 +1,38 @@
+"""What a task hands the loop for a window of rows: the engine's requests (Work), in the order to send
+them, and the rows that could not become requests (Failure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+from bulkinfer.runner.readers import SourceRow
+from bulkinfer.sampling_params import SamplingParams
+
+
+@dataclass
+class Work:
+    row: SourceRow
+    token_ids: list[int]
+    params: SamplingParams | None  # None for a scoring request
+    score_from: int | None = None  # set: a prefill-only request scoring the tokens from here on
+    part: int = 0  # a row may fan out into several requests (one per choice); this one's number
+    parts: int = 1
+    request_id: Hashable = None  # None: the row's index
+
+    def __post_init__(self) -> None:
+        if self.request_id is None:
+            self.request_id = self.row.index
+
+
+@dataclass
+class Failure:
+    row: SourceRow
+    error: str
+    prompt_tokens: int | None = None
+
+
+@dataclass
+class PreparedWindow:
+    work: list[Work]  # in the order to hand to the engine
+    failures: list[Failure]
