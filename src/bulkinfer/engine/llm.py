@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Hashable, Sequence as SequenceOf
 
 import torch
@@ -18,24 +17,24 @@ from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.grammar import GrammarCache
 from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logit_rules import bad_word_ids
-from bulkinfer.engine.logprobs import records, top_logprobs
-from bulkinfer.engine.model_runner import ModelOutput, ModelRunner
+from bulkinfer.engine.model_runner import ModelRunner
 from bulkinfer.engine.reasoning.registry import reasoning_parser
 from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.request import Request, StopChecker, params_refusal
 from bulkinfer.engine.resolve import resolve
 from bulkinfer.engine import scoring
-from bulkinfer.engine.sampler import Sampler, SamplerOutput
-from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
+from bulkinfer.engine.sampler import Sampler
+from bulkinfer.engine.scheduler import Scheduler
 from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
+from bulkinfer.engine.step_outputs import StepOutputs
 from bulkinfer.engine.tools.calls import ToolCalls
 from bulkinfer.engine.step_plan import sampled_rows
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer, tokenizer_path
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
-from bulkinfer.outputs import Logprob, PositionLogprobs, RequestOutput
+from bulkinfer.outputs import RequestOutput
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
@@ -66,13 +65,13 @@ class LLM:
         self.grammars = GrammarCache(self.tokenizer, model_config.vocab_size, eos_ids)
         self.tool_calls = ToolCalls(engine_options.tool_call_parser, self.tokenizer)
         self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
-        self.requests: dict[Hashable, Request] = {}
-        self._failed: list[Request] = []  # refused at add time, reported by the next step()
-        self._compiling: dict[Hashable, Future] = {}  # constrained requests whose grammar is not ready yet
         self._generate_ids = itertools.count()
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks, model_impl=model_config.implementation,
                                   kv_cache_dtype=str(self.config.kv_cache_dtype).removeprefix("torch."),
                                   kv_bytes_per_token=self.runner.kv_bytes_per_token)
+        self.step_outputs = StepOutputs(self.scheduler, self.sampler, self.tokenizer, self.detokenizer,
+                                        self.stop_checker, self.reasoning, self.tool_calls, self._stats)
+        self.requests = self.step_outputs.requests  # the requests in the engine, by id
 
     @property
     def max_model_len(self) -> int:
@@ -118,46 +117,32 @@ class LLM:
                                         reasons=self.reasoning is not None)
                          or self._refusal(token_ids, len(prompt_ids), max_tokens) or self._constrain(request))
         if request.error:
-            self._failed.append(request)
+            self.step_outputs.refuse(request)
             return
         request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
-        if self.reasoning is not None and not scoring:
-            for seq in request.seqs:
-                self._begin_reasoning(seq, constrained=request.constraint is not None)
         banned_spellings = bad_word_ids(self.tokenizer, params.bad_words)  # tokenized once for the n samples
         for seq in request.seqs:
             seq.bad_word_ids = banned_spellings
-        self.requests[request_id] = request
-        if request.constraint is not None:
-            # Scheduled once its grammar is compiled; until then the engine runs the other requests.
-            self._compiling[request_id] = self.grammars.get(request.constraint)
-            return
-        for seq in request.seqs:
-            self.scheduler.add(seq)
+        self.step_outputs.admit(request, None if request.constraint is None else self.grammars.get(request.constraint))
 
     def step(self) -> list[RequestOutput]:
         """Run one batch; return the requests that finished (or were refused) since the last step."""
-        self._admit_compiled()
-        finished = [self._output(request) for request in self._failed]
-        self._failed = []
+        finished = self.step_outputs.take_refused()
         batch = self.scheduler.schedule()
         if batch:
             masks = self.masks.start([batch.seqs[row] for row in sampled_rows(batch)])
             output = self.runner.execute(batch)
             self.masks.apply(masks, output.logits)
-            self._advance(batch)
-            self._record_prompt_logprobs(output)
-            finished += self._finish_prefill_only(batch)
-            finished += self._take_sampled_tokens(output)
+            finished += self.step_outputs.process(batch, output)
         self._stats.steps += 1
         return finished
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests or self._failed)
+        return len(self.step_outputs) > 0
 
     @property
     def num_unfinished_requests(self) -> int:
-        return len(self.requests) + len(self._failed)
+        return len(self.step_outputs)
 
     @property
     def stats(self) -> EngineStats:
@@ -283,32 +268,6 @@ class LLM:
             return str(exc)
         return None
 
-    def _output(self, request: Request) -> RequestOutput:
-        return request.output(self.detokenizer, self.reasoning, self.tool_calls)
-
-    def _admit_compiled(self) -> None:
-        """Schedule the constrained requests whose grammar is ready, or fail those it was refused for.
-        With nothing else to run, wait for a grammar rather than spin."""
-        if not self._compiling:
-            return
-        if not self.scheduler.running and not self.scheduler.waiting:
-            wait(self._compiling.values(), return_when=FIRST_COMPLETED)
-        for request_id, future in list(self._compiling.items()):
-            if not future.done():
-                continue
-            del self._compiling[request_id]
-            request = self.requests[request_id]
-            try:
-                template = future.result()
-            except ValueError as exc:  # UnsupportedConstraint: that request's error, not the engine's
-                request.error = str(exc)
-                del self.requests[request_id]
-                self._failed.append(request)
-                continue
-            for seq in request.seqs:
-                seq.matcher = template.deep_copy()
-                self.scheduler.add(seq)
-
     def _new_sequence(self, request: Request, prompt_ids: list[int], index: int, **scoring) -> Sequence:
         generator = None
         if request.params.seed is not None:
@@ -317,121 +276,6 @@ class LLM:
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
         return Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
 
-    def _advance(self, batch: ScheduledBatch) -> None:
-        for seq, num_new in zip(batch.seqs, batch.num_new_tokens):
-            prompt_part = max(min(seq.num_computed_tokens + num_new, seq.num_prompt_tokens)
-                              - seq.num_computed_tokens, 0)
-            self._stats.prompt_tokens += prompt_part
-            seq.num_computed_tokens += num_new
-
-    def _record_prompt_logprobs(self, output: ModelOutput) -> None:
-        for seq, first, top in output.prompt_scores:
-            targets = seq.scored_ids[first:first + len(top)]
-            # Scoring requests skip decoding each token's text: they can be whole documents.
-            tokenizer = None if seq.prefill_only else self.tokenizer
-            found = records(top, targets, [seq.params.prompt_logprobs] * len(top), tokenizer)
-            if seq.prompt_logprobs is None:
-                seq.prompt_logprobs = [None] * first  # positions before the first scored one
-            # By position: a preempted sequence scores its prompt again when it is recomputed.
-            seq.prompt_logprobs[first:first + len(found)] = found
-
-    def _finish_prefill_only(self, batch: ScheduledBatch) -> list[RequestOutput]:
-        done = [seq for seq in batch.seqs if seq.prefill_only and seq.num_uncomputed_tokens == 0]
-        self.scheduler.finish(done)
-        return self._collect_finished(done)
-
-    def _take_sampled_tokens(self, output: ModelOutput) -> list[RequestOutput]:
-        if not output.sample_seqs:
-            return []
-        sampled = self.sampler(output.logits, output.sample_seqs)
-        logprob_records = self._sampled_logprobs(output.sample_seqs, sampled)
-        done = []
-        for row, (seq, token) in enumerate(zip(output.sample_seqs, sampled.token_ids)):
-            constrained = seq.grammar_active  # the token was drawn under the grammar's mask
-            self._append(seq, [token])
-            if seq.logprobs is not None:
-                record = logprob_records[row]
-                seq.logprobs.append(record)
-                seq.cumulative_logprob += record[token].logprob
-            if constrained:
-                seq.matcher.consume_token(token)
-            if self.stop_checker.check(seq) or self._close_over_budget(seq) or self._jump_forward(seq):
-                done.append(seq)
-        self._stats.generation_tokens += len(sampled.token_ids)
-        self.scheduler.finish(done)
-        return self._collect_finished(done)
-
-    def _append(self, seq: Sequence, tokens: list[int]) -> None:
-        for token in tokens:
-            seq.append_token(token)
-            if self.reasoning is not None:
-                self.reasoning.appended(seq)
-
-    def _append_forced(self, seq: Sequence, tokens: list[int]) -> None:
-        """Tokens the engine writes for the model, in one go: the next step computes them as one chunk. A
-        forced token's logprob is 0, with no alternatives: the engine chose it with certainty."""
-        self._append(seq, tokens)
-        if seq.logprobs is not None:
-            seq.logprobs.extend({token: Logprob(0.0, 1, self.tokenizer.decode([token]))} for token in tokens)
-        self._stats.generation_tokens += len(tokens)
-
-    def _begin_reasoning(self, seq: Sequence, constrained: bool) -> None:
-        """The sequence's first phase, and what is forced before its first token: the opening of a constrained
-        row's reasoning, the close of a budget of 0. One token is always left for the model to write."""
-        room = seq.params.max_tokens - 1
-        opening = self.reasoning.begin(seq, constrained)[:room]
-        self._append_forced(seq, opening)
-        self._append_forced(seq, self.reasoning.over_budget(seq)[:room - len(opening)])
-
-    def _close_over_budget(self, seq: Sequence) -> bool:
-        """Once the sequence has written its thinking budget, force the end of its reasoning; returns whether
-        the sequence is now done."""
-        if self.reasoning is None:
-            return False
-        forced = self.reasoning.over_budget(seq)[:seq.params.max_tokens - seq.num_output_tokens]
-        if not forced:
-            return False
-        self._append_forced(seq, forced)
-        return self.stop_checker.check(seq)
-
-    def _jump_forward(self, seq: Sequence) -> bool:
-        """Append the tokens the grammar forces next, all at once: the next step computes them as one
-        chunk instead of one forward pass each. Not for sequences that record logprobs (forced tokens
-        have none). Returns whether the sequence is now done."""
-        if not seq.grammar_active or seq.logprobs is not None:
-            return False
-        room = seq.params.max_tokens - seq.num_output_tokens
-        forced = seq.matcher.compute_ff_tokens()[:room]
-        if not forced:
-            return False
-        seq.matcher.consume_tokens(forced)
-        self._append(seq, forced)
-        self._stats.jump_forward_tokens += len(forced)
-        self._stats.generation_tokens += len(forced)
-        return self.stop_checker.check(seq)
-
-    def _sampled_logprobs(self, seqs: list[Sequence], sampled: SamplerOutput) -> dict[int, PositionLogprobs]:
-        """The records of every row that asked for logprobs, ranked in one batch."""
-        rows = [row for row, seq in enumerate(seqs) if seq.logprobs is not None]
-        if not rows:
-            return {}
-        device = sampled.logprobs.device
-        chosen = [sampled.token_ids[row] for row in rows]
-        ks = [seqs[row].params.logprobs for row in rows]
-        top = top_logprobs(sampled.logprobs[torch.tensor(rows, device=device)], torch.tensor(chosen, device=device),
-                           max(ks))
-        return dict(zip(rows, records(top, chosen, ks, self.tokenizer)))
-
-    def _collect_finished(self, seqs: list[Sequence]) -> list[RequestOutput]:
-        outputs = []
-        for request_id in dict.fromkeys(seq.request_id for seq in seqs):
-            request = self.requests[request_id]
-            if request.finished:
-                output = self._output(request)
-                self._stats.count_output(output)
-                outputs.append(output)
-                del self.requests[request_id]
-        return outputs
 
 
 def _with_tools(params: SamplingParams | SequenceOf[SamplingParams], tools: list[dict[str, Any]] | None,
