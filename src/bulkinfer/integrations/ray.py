@@ -55,7 +55,7 @@ class LLMProcessor:
                 for failure in prepared.failures]
         in_flight = {}
         for work in prepared.work:
-            self.llm.add_request(work.request_id, work.token_ids, work.params)
+            work.send(self.llm)
             in_flight[work.request_id] = work
         while self.llm.has_unfinished_requests():
             done.extend(self.task.collect(in_flight.pop(output.request_id), output) for output in self.llm.step())

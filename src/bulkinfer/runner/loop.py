@@ -91,10 +91,7 @@ class JobLoop:
                 self._send(self.pending.popleft())
 
     def _send(self, work: Work) -> None:
-        if work.score_from is None:
-            self.llm.add_request(work.request_id, work.token_ids, work.params)
-        else:
-            self.llm.add_scoring_request(work.request_id, work.token_ids, work.score_from)
+        work.send(self.llm)
         self.in_flight[work.request_id] = work
 
     def _take_window(self) -> bool:

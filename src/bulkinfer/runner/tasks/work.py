@@ -4,10 +4,13 @@ them, and the rows that could not become requests (Failure)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable
+from typing import TYPE_CHECKING, Hashable
 
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from bulkinfer.engine.llm import LLM
 
 
 @dataclass
@@ -23,6 +26,14 @@ class Work:
     def __post_init__(self) -> None:
         if self.request_id is None:
             self.request_id = self.row.index
+
+    def send(self, llm: LLM) -> None:
+        """Hand the request to the engine. A task whose requests are of another kind sends them with its own
+        Work subclass, so the loop needs no change for it."""
+        if self.score_from is None:
+            llm.add_request(self.request_id, self.token_ids, self.params)
+        else:
+            llm.add_scoring_request(self.request_id, self.token_ids, self.score_from)
 
 
 @dataclass
