@@ -2,8 +2,8 @@
 
 A task turns a window of input rows into the engine's requests (`prepare`) and each finished request
 back into a result row (`collect`), and declares the columns it reads and writes. The loop, the
-readers and the output directory know tasks only through this protocol, so a new task is one module
-and one line in the registry (tasks/__init__.py).
+readers and the output directory know tasks only through this protocol, so a new task is one module,
+its line in the registry and its name among the job's task choices (tasks/__init__.py says how).
 """
 
 from __future__ import annotations
