@@ -130,6 +130,8 @@ def test_an_engine_option_is_reachable_from_a_flag_and_a_job_file(tmp_path: Path
     assert getattr(JobConfig.from_settings(**REQUIRED).engine, setting.field) != value
     assert getattr(_from_flags(_flags(setting, value)).engine, setting.field) == value
     assert getattr(_from_job_file(tmp_path, setting, value).engine, setting.field) == value
+    if setting.name in NO_MODEL_ARG:
+        return
     assert llm_arguments("m", None, _lm_eval_model_args(f"{setting.name}={value}"))[setting.field] == value
 
 
