@@ -3,6 +3,9 @@ through chunked prefill and the prefix cache."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 from transformers import AutoModel
@@ -108,3 +111,19 @@ def test_dimensions_cut_before_normalizing_as_sentence_transformers(qwen3, tmp_p
     got = torch.stack(embeddings(llm, TEXTS, PoolingParams(dimensions=16)))
     assert got.shape == (3, 16)
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+def test_pooling_modes_bulkinfer_does_not_run_are_refused(qwen3, tmp_path):
+    from bulkinfer.models.refusal import UnsupportedModelError
+
+    path = make_sentence_transformer(tmp_path / "max", qwen3, "max")
+    with pytest.raises(UnsupportedModelError, match="pooling 'max' is not supported"):
+        LLM(str(path), max_model_len=64)
+    LLM(str(path), max_model_len=64, pooling="mean")  # the setting overrides the model's config
+
+    bidirectional = tmp_path / "bidirectional"
+    shutil.copytree(qwen3, bidirectional)
+    config = json.loads((bidirectional / "config.json").read_text())
+    (bidirectional / "config.json").write_text(json.dumps({**config, "is_causal": False}))
+    with pytest.raises(UnsupportedModelError, match="bidirectional attention"):
+        LLM(str(bidirectional), max_model_len=64)

@@ -85,6 +85,9 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, hf: dict) -> "ModelConfig":
         architecture = _architecture(hf)
+        if hf.get("is_causal") is False:  # gte-Qwen2's embedding checkpoints: every token sees every other
+            raise UnsupportedModelError(f"{architecture} with bidirectional attention (is_causal false): "
+                                        "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = hf["num_attention_heads"]
         rope = hf.get("rope_parameters") or {}  # transformers >= 5 keeps theta and scaling here
