@@ -53,6 +53,17 @@ def test_pooled_hidden_states_match_transformers_across_chunks(qwen3, hf_hidden,
         torch.testing.assert_close(embedding, POOLED[method](hf_hidden(prompt)), atol=1e-4, rtol=0)
 
 
+def test_transformers_model_code_embeds_too(checkpoint_factory):
+    path = checkpoint_factory("llama")
+    model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
+    llm = LLM(str(path), model_impl="transformers", pooling="mean", max_model_len=128, block_size=8,
+              max_num_batched_tokens=16)
+    for prompt, embedding in zip(PROMPTS, embeddings(llm, PROMPTS)):
+        with torch.no_grad():
+            expected = model(torch.tensor([prompt])).last_hidden_state[0].mean(0)
+        torch.testing.assert_close(embedding, expected, atol=1e-4, rtol=0)
+
+
 def test_last_token_pooling_takes_prefix_cache_hits(qwen3, hf_hidden):
     llm = LLM(str(qwen3), pooling="last", max_model_len=128, block_size=8)
     embeddings(llm, [SHARED + [70]])

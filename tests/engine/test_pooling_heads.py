@@ -47,6 +47,14 @@ def test_classifier_logits_and_probs_match_transformers_chunked_and_cached(class
         assert by_class.outputs.label == LABELS[int(expected.argmax())]
 
 
+@pytest.mark.parametrize("arch", ["mistral", "qwen2", "qwen3"])
+def test_every_dense_family_has_a_native_classification_head(checkpoint_factory, arch):
+    path = checkpoint_factory(arch, classifier=True, num_labels=2)
+    llm = LLM(str(path), max_model_len=64, block_size=8)
+    for expected, output in zip(hf_logits(path, PROMPTS), llm.reward(PROMPTS, use_tqdm=False)):
+        torch.testing.assert_close(output.outputs.data, expected, atol=1e-4, rtol=0)
+
+
 def test_a_reward_model_returns_its_one_raw_score(one_label):
     llm = LLM(str(one_label), max_model_len=64, block_size=8)
     assert llm.supported_tasks == ("classify", "reward", "score")
