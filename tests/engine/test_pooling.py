@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 import torch
+from checkpoints import make_sentence_transformer
 from transformers import AutoModel
 
 from bulkinfer import LLM
 from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
-from checkpoints import make_sentence_transformer
 
 RAW = PoolingParams(normalize=False)
 # Lengths across one, two and several 16-token steps; a 40-token shared head is five full 8-token blocks.

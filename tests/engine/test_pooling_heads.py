@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
 
 from bulkinfer import LLM
 from bulkinfer.pooling_params import PoolingParams
@@ -15,7 +20,7 @@ LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 SHARED = list(range(20, 60))  # five full 8-token blocks
 PROMPTS = [[7, 8, 9], list(range(100, 131)), SHARED + [61, 62], SHARED + [63, 64, 65, 66]]
 # Our test vocabulary has no "no"/"yes" tokens: a reranker's pair of tokens is a setting.
-RERANK = dict(classifier_from_token=["a", "Ġthe"], rerank_template="Query: {query}\nDocument: {document}\nFit:")
+RERANK = {"classifier_from_token": ["a", "Ġthe"], "rerank_template": "Query: {query}\nDocument: {document}\nFit:"}
 PAIRS = [("Where is the cat?", "The cat sat on the mat."), ("Where is the cat?", "Seven rivers run to the sea.")]
 
 

@@ -220,9 +220,7 @@ class LLM:
                  sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """Outputs in input order. A prompt that cannot run gets an output with ``error`` set."""
-        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        return self._run_all([self._encoded(prompt) for prompt in prompts], sampling_params, use_tqdm)
+        return self._run_all([self._encoded(prompt) for prompt in _prompt_list(prompts)], sampling_params, use_tqdm)
 
     def chat(self, messages: SequenceOf[Message] | SequenceOf[SequenceOf[Message]],
              sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
@@ -330,9 +328,7 @@ class LLM:
 
     def _pool_all(self, prompts: Prompt | SequenceOf[Prompt], task: str, params: PoolingParams | None,
                   use_tqdm: bool) -> list[PoolingRequestOutput]:
-        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        encoded = [self._encoded(prompt)[1] for prompt in prompts]
+        encoded = [self._encoded(prompt)[1] for prompt in _prompt_list(prompts)]
         return pooling_batch.run_pooling(self, encoded, task, params, use_tqdm)
 
     # ---- internals -----------------------------------------------------------------------
@@ -340,7 +336,8 @@ class LLM:
     def _generation_refusal(self) -> str | None:
         if "generate" in self.supported_tasks:
             return None
-        return f"this model has no LM head to generate or score text with; it serves {', '.join(self.supported_tasks)}"
+        return ("this model has no LM head to generate or score text with; "
+                f"it serves {', '.join(self.supported_tasks)}")
 
     def _refusal(self, token_ids: list[int], prompt_len: int, max_tokens: int) -> str | None:
         if not token_ids:
@@ -515,6 +512,13 @@ class LLM:
                 outputs.append(output)
                 del self.requests[request_id]
         return outputs
+
+
+def _prompt_list(prompts: Prompt | SequenceOf[Prompt]) -> SequenceOf[Prompt]:
+    """One prompt (text, token ids or a prompt dict) as a list of one; a list as it is."""
+    if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
+        return [prompts]
+    return prompts
 
 
 def _with_tools(params: SamplingParams | SequenceOf[SamplingParams], tools: list[dict[str, Any]] | None,

@@ -4,7 +4,8 @@ engine's ``add_pooling_request``/``step``, outputs in input order (vLLM's shapes
 from __future__ import annotations
 
 import itertools
-from typing import Any, Hashable, Protocol
+from collections.abc import Hashable
+from typing import Any, Protocol
 
 import torch
 from tqdm.auto import tqdm

@@ -8,8 +8,14 @@ import torch
 
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.outputs import (
-    ClassificationOutput, ClassificationRequestOutput, EmbeddingOutput, EmbeddingRequestOutput, PoolingOutput,
-    PoolingRequestOutput, ScoringOutput, ScoringRequestOutput,
+    ClassificationOutput,
+    ClassificationRequestOutput,
+    EmbeddingOutput,
+    EmbeddingRequestOutput,
+    PoolingOutput,
+    PoolingRequestOutput,
+    ScoringOutput,
+    ScoringRequestOutput,
 )
 from bulkinfer.pooling_params import PoolingParams
 
