@@ -63,9 +63,11 @@ def test_every_dense_family_has_a_native_classification_head(checkpoint_factory,
 def test_a_reward_model_returns_its_one_raw_score(one_label):
     llm = LLM(str(one_label), max_model_len=64, block_size=8)
     assert llm.supported_tasks == ("classify", "reward", "score")
-    for expected, output in zip(hf_logits(one_label, PROMPTS), llm.reward(PROMPTS, use_tqdm=False)):
+    rewarded, classified = llm.reward(PROMPTS, use_tqdm=False), llm.classify(PROMPTS, use_tqdm=False)
+    for expected, output, by_class in zip(hf_logits(one_label, PROMPTS), rewarded, classified):
         assert output.outputs.data.shape == (1,)
         torch.testing.assert_close(output.outputs.data, expected, atol=1e-4, rtol=0)
+        assert by_class.outputs.probs == pytest.approx(expected.sigmoid().tolist(), abs=1e-4)  # one label
 
 
 def test_a_one_label_classifier_scores_pairs_as_a_cross_encoder(one_label):
