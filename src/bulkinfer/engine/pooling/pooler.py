@@ -37,7 +37,8 @@ class Pooler:
             chunk_sum = hidden.float().sum(0)
             self._sum = chunk_sum if self._sum is None else self._sum + chunk_sum
         if self.method == "cls" and begin == 0:
-            self._first = hidden[0]
+            # A copy: the step's hidden states may be a CUDA graph's buffer, which the next step overwrites.
+            self._first = hidden[0].clone()
         if begin + hidden.shape[0] < num_tokens:
             return
         pooled = {"last": lambda: hidden[-1], "mean": lambda: self._sum / num_tokens,
