@@ -11,8 +11,7 @@ import torch
 from checkpoints import make_sentence_transformer
 from transformers import AutoModel
 
-from bulkinfer import LLM
-from bulkinfer.pooling_params import PoolingParams
+from bulkinfer import LLM, PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 
 RAW = PoolingParams(normalize=False)

@@ -12,8 +12,7 @@ from transformers import (
     AutoTokenizer,
 )
 
-from bulkinfer import LLM
-from bulkinfer.pooling_params import PoolingParams
+from bulkinfer import LLM, PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
