@@ -10,7 +10,9 @@ trained on a small generated corpus. The weights are random but seeded, so a giv
 from __future__ import annotations
 
 import functools
+import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from tokenizers import (
 )
 from transformers import (
     AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
     GenerationConfig,
     LlamaConfig,
     MistralConfig,
@@ -111,7 +114,7 @@ ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.
-_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size")
+_OWN_OPTIONS = ("eos_list", "sharded", "seed", "dtype", "vocab_size", "classifier")
 
 
 @functools.lru_cache(maxsize=1)
@@ -210,6 +213,8 @@ def make_checkpoint(path: str | Path, arch: str, tokenizer: str | PreTrainedToke
       dtype: "float32" | "bfloat16" | "float16", the saved weights' dtype (default "float32")
       eos_list: bool, generation_config.json stops on [eos, eot] rather than eos alone
       vocab_size: int, embedding rows (default: the tokenizer's size rounded up to a multiple of 8)
+      classifier: bool, a `*ForSequenceClassification` checkpoint (its `score` head has num_labels rows, an
+        override like id2label) instead of a causal LM
     `tokenizer`: the checkpoint's tokenizer when it is not build_tokenizer()'s: a tokenizer, or the name of a
     family of thinking_tokenizers.FAMILIES ("qwen3", "deepseek_r1"), its special tokens and chat template on
     the shared vocabulary.
@@ -226,7 +231,8 @@ def make_checkpoint(path: str | Path, arch: str, tokenizer: str | PreTrainedToke
     tokenizer = tokenizer or build_tokenizer()
     vocab_size = own["vocab_size"] or padded_vocab_size(len(tokenizer))
     config = config_class(**settings, **_token_ids(tokenizer), vocab_size=vocab_size)
-    model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32")
+    model = _random_model(config, len(tokenizer), seed=own["seed"], dtype=own["dtype"] or "float32",
+                          classifier=bool(own["classifier"]))
     model.generation_config = _generation_config(tokenizer, eos_list=bool(own["eos_list"]))
     model.save_pretrained(path, max_shard_size="200KB" if own["sharded"] else "50GB")
     tokenizer.save_pretrained(path)
@@ -244,15 +250,17 @@ def _token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
                 pad_token_id=tokenizer.pad_token_id)
 
 
-def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str) -> torch.nn.Module:
+def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str, classifier: bool) -> torch.nn.Module:
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model_class = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM
+    model = model_class.from_config(config, dtype=torch.float32)
     with torch.no_grad():
         # Rows past the tokenizer exist only as padding. Zeroing them gives those ids a logit
         # of 0, far below the real maximum, so greedy decoding never emits an id the tokenizer
         # cannot decode.
         model.get_input_embeddings().weight[tokenizer_size:] = 0
-        model.get_output_embeddings().weight[tokenizer_size:] = 0
+        if not classifier:
+            model.get_output_embeddings().weight[tokenizer_size:] = 0
     return model.to(getattr(torch, dtype)).eval()
 
 
@@ -261,3 +269,23 @@ def _generation_config(tokenizer: PreTrainedTokenizerFast, eos_list: bool) -> Ge
     eos = [tokenizer.eos_token_id, eot_id] if eos_list else tokenizer.eos_token_id
     return GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=eos,
                             pad_token_id=tokenizer.pad_token_id)
+
+
+def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_mode: str) -> Path:
+    """A sentence-transformers model directory (modules.json, 1_Pooling/config.json, the decoder saved as a bare
+    `*Model`) built on the checkpoint in `model_dir` with its own classes and save(). Its tokenizer has no chat
+    template: sentence-transformers would otherwise render every text as a chat message before embedding it."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    plain = Path(path) / "plain-text-source"
+    shutil.copytree(model_dir, plain)
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer_config = json.loads((plain / "tokenizer_config.json").read_text())
+    tokenizer_config.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    transformer = Transformer(str(plain))
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode)
+    SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(path))
+    shutil.rmtree(plain)
+    return Path(path)

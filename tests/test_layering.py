@@ -14,7 +14,7 @@ LAYERS = [
     ("bulkinfer.integrations", "bulkinfer.openai_batch", "bulkinfer.bench"),
     ("bulkinfer.runner",),
     ("bulkinfer.engine", "bulkinfer.sampling_params", "bulkinfer.structured_outputs_params", "bulkinfer.tool_params",
-     "bulkinfer.outputs"),
+     "bulkinfer.outputs", "bulkinfer.pooling_params"),
     ("bulkinfer.models",),
     ("bulkinfer.layers",),
     ("bulkinfer.kernels",),
@@ -24,7 +24,7 @@ LEAVES = ("bulkinfer.errors", "bulkinfer.durable", "bulkinfer.settings")
 # Siblings in one layer stay apart, except the engine's API types, which are the engine's own.
 SAME_GROUP = {"bulkinfer.sampling_params": "bulkinfer.engine", "bulkinfer.structured_outputs_params": "bulkinfer.engine",
               "bulkinfer.tool_params": "bulkinfer.engine",
-              "bulkinfer.outputs": "bulkinfer.engine"}
+              "bulkinfer.outputs": "bulkinfer.engine", "bulkinfer.pooling_params": "bulkinfer.engine"}
 
 
 def _modules() -> dict[str, Path]:

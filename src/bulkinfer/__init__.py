@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bulkinfer.outputs import CompletionOutput, Logprob, RequestOutput
+from bulkinfer.outputs import (
+    ClassificationRequestOutput, CompletionOutput, EmbeddingRequestOutput, Logprob, PoolingRequestOutput, RequestOutput,
+    ScoringRequestOutput,
+)
+from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from bulkinfer.engine.llm import LLM
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "PoolingParams",
+           "PoolingRequestOutput", "EmbeddingRequestOutput", "ClassificationRequestOutput", "ScoringRequestOutput"]
 __version__ = "0.1.0"
 
 

@@ -53,3 +53,49 @@ class RequestOutput:
     finished: bool = True
     num_cached_tokens: int | None = None  # prompt tokens whose KV came from the prefix cache
     error: str | None = None  # set when the request could not run at all (e.g. too long)
+
+
+@dataclass
+class EmbeddingOutput:
+    embedding: list[float]
+
+
+@dataclass
+class ClassificationOutput:
+    probs: list[float]  # softmax over the labels; one label: its sigmoid
+    label: str | None = None  # the likeliest label's name (id2label)
+
+
+@dataclass
+class ScoringOutput:
+    score: float  # a reranker's yes probability, a cross-encoder's sigmoid, or an embedding cosine similarity
+
+
+@dataclass
+class PoolingOutput:
+    data: Any  # torch.Tensor [num_labels]: the head's raw output (a reward model's score)
+
+
+@dataclass
+class PoolingRequestOutput:
+    """A pooling request's result (vLLM's shape): ``outputs`` is one EmbeddingOutput, ClassificationOutput,
+    ScoringOutput or PoolingOutput, or None when ``error`` says why the request could not run."""
+
+    request_id: Any
+    outputs: Any
+    prompt_token_ids: list[int]
+    finished: bool = True
+    num_cached_tokens: int | None = None  # prompt tokens whose KV came from the prefix cache
+    error: str | None = None
+
+
+class EmbeddingRequestOutput(PoolingRequestOutput):
+    outputs: EmbeddingOutput
+
+
+class ClassificationRequestOutput(PoolingRequestOutput):
+    outputs: ClassificationOutput
+
+
+class ScoringRequestOutput(PoolingRequestOutput):
+    outputs: ScoringOutput

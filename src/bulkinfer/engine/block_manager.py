@@ -92,11 +92,9 @@ class BlockManager:
         seq.block_hashes = []
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:
-        # The last token is always computed, so that the step yields logits for it, and so is
-        # every token whose log-probability is wanted.
         if not self.enable_prefix_caching:
             return []
-        servable = len(seq) - 1 if seq.score_from is None else min(len(seq) - 1, seq.score_from - 1)
+        servable = seq.max_cached_tokens
         hits, parent = [], None
         for start in range(0, servable - self.block_size + 1, self.block_size):
             tokens = tuple(seq.token_ids[start:start + self.block_size])

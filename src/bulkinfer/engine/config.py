@@ -20,6 +20,14 @@ MODEL_IMPLS = ("auto", "native", "transformers")
 # gpt_oss: harmony's analysis channel; the others are engine/reasoning/'s parsers.
 REASONING_PARSERS = ("auto", "deepseek_r1", "qwen3", "gpt_oss", "none")
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
+POOLING_METHODS = ("auto", "last", "mean", "cls")
+# Qwen3-Reranker's prompt, from its model card: its system prompt, its default instruction, and the empty
+# thinking block its answer follows.
+QWEN3_RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+    "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
 # A step's token budget when max_num_batched_tokens is not given: GPUs want wide steps, the CPU short ones.
 BATCHED_TOKENS = {"cuda": 8192, "cpu": 2048}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -74,6 +82,15 @@ class EngineConfig:
                                             "with tools: hermes (Qwen), llama3_json, mistral, gpt_oss, none, or "
                                             "auto (the format the chat template writes, else none).",
                                     choices=TOOL_CALL_PARSERS, panel="Model")
+    pooling: str = setting("auto", "How an embedding pools the token hidden states: last, mean, cls (the first "
+                                   "token), or auto (the sentence-transformers Pooling config the model ships, "
+                                   "else last). See docs/models.md.", choices=POOLING_METHODS, panel="Model")
+    classifier_from_token: list[str] | None = setting(
+        None, "Make a causal LM a reranker that scores a (query, document) pair with the probability of the second "
+              "of these two tokens against the first at the prompt's end: [\"no\", \"yes\"] for Qwen3-Reranker "
+              "(vLLM's name; default: none, and score compares embeddings).", panel="Model")
+    rerank_template: str = setting(QWEN3_RERANK_TEMPLATE, "A reranker's prompt, with {query} and {document} in "
+                                   "it (default: Qwen3-Reranker's, from its model card).", panel="Model")
     seed: int = setting(0, "Seed of the sampler's stream for requests without a seed of their own.",
                         name="engine_seed", panel="Sampling")
 
@@ -92,5 +109,12 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        # A flag given no value reads as an empty list: no reranker.
+        object.__setattr__(self, "classifier_from_token", list(self.classifier_from_token or ()) or None)
+        if self.classifier_from_token is not None and len(self.classifier_from_token) != 2:
+            raise ValueError(f"classifier_from_token must name two tokens (false, true), "
+                             f"got {self.classifier_from_token!r}")
+        if "{query}" not in self.rerank_template or "{document}" not in self.rerank_template:
+            raise ValueError("rerank_template must contain {query} and {document}")
         if self.kv_cache_memory_gb <= 0:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")

@@ -1,4 +1,5 @@
-"""The engine's public face: ``LLM.generate`` and ``LLM.chat`` for lists, ``add_request``/``step`` for streams."""
+"""The engine's public face: ``LLM.generate`` and ``LLM.chat`` for lists, ``add_request``/``step`` for streams,
+and the pooling tasks (``embed``, ``classify``, ``reward``, ``score``, ``add_pooling_request``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from bulkinfer.engine.grammar import GrammarCache
 from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logit_rules import bad_word_ids
 from bulkinfer.engine.model_runner import ModelRunner
+from bulkinfer.engine.pooling import batch as pooling_batch
+from bulkinfer.engine.pooling.request import PoolingRequest
+from bulkinfer.engine.pooling.tasks import POOLING_TASKS, PoolingModel
 from bulkinfer.engine.reasoning.registry import reasoning_parser
 from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.request import Request, StopChecker, params_refusal
@@ -34,7 +38,10 @@ from bulkinfer.engine.step_plan import sampled_rows
 from bulkinfer.engine.tokenizer import eos_token_ids, load_tokenizer, tokenizer_path
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.loader import read_config
-from bulkinfer.outputs import RequestOutput
+from bulkinfer.outputs import (
+    ClassificationRequestOutput, EmbeddingRequestOutput, PoolingRequestOutput, RequestOutput, ScoringRequestOutput,
+)
+from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import construct
 
@@ -52,6 +59,7 @@ class LLM:
         self.config = resolve(engine_options, model_config)
         self.model_config = model_config
         self.tokenizer = load_tokenizer(tokenizer_path(path, engine_options.tokenizer))
+        self.pooling = PoolingModel.of(engine_options, model_config, path, self.tokenizer)
         self.runner = ModelRunner(self.config, model_config, path)
         self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
                                           engine_options.enable_prefix_caching)
@@ -76,6 +84,12 @@ class LLM:
     @property
     def max_model_len(self) -> int:
         return self.config.max_model_len
+
+    @property
+    def supported_tasks(self) -> tuple[str, ...]:
+        """What one request can ask of this model: ``generate`` (with an LM head), and the pooling tasks
+        ``embed``, ``classify``, ``reward`` and ``score`` (a rendered pair; see ``score_prompt_ids``)."""
+        return (("generate",) if self.model_config.head == "lm" else ()) + self.pooling.tasks
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if there are any. Garbage collection and
@@ -105,6 +119,26 @@ class LLM:
         self._add(request_id, None, list(token_ids), SamplingParams(max_tokens=1, prompt_logprobs=0),
                   score_from=score_from, scored_ids=list(token_ids))
 
+    def add_pooling_request(self, request_id: Hashable, prompt_token_ids: list[int], task: str,
+                            params: PoolingParams | None = None) -> None:
+        """Queue a prefill-only request that pools the prompt's hidden states for ``task`` (embed, classify,
+        reward or score); its PoolingRequestOutput comes back from a later step(). A task or params this model
+        cannot serve is that request's error."""
+        if task not in POOLING_TASKS:
+            raise ValueError(f"task must be one of {', '.join(POOLING_TASKS)}, got {task!r}")
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        params = params or PoolingParams()
+        token_ids = list(prompt_token_ids)
+        request = PoolingRequest(request_id, token_ids, task, params, self.model_config.labels)
+        request.error = self.pooling.refusal(task, params) or self._refusal(token_ids, len(token_ids), 0)
+        if request.error:
+            self.step_outputs.refuse(request)
+            return
+        pooler = self.pooling.pooler(task, self.runner.model)
+        request.seqs = [Sequence(request_id, 0, token_ids, SamplingParams(max_tokens=1), None, pooler=pooler)]
+        self.step_outputs.admit(request, None)
+
     def _add(self, request_id: Hashable, text: str | None, token_ids: list[int], params: SamplingParams,
              **scoring) -> None:
         if request_id in self.requests:
@@ -113,8 +147,9 @@ class LLM:
         request = Request(request_id, text, token_ids, params, [])
         prompt_ids = token_ids[:-1] if "scored_ids" in scoring else token_ids
         max_tokens = 0 if "scored_ids" in scoring else params.max_tokens
-        request.error = (params_refusal(params, self.model_config.vocab_size, self.config.options.max_n,
-                                        reasons=self.reasoning is not None)
+        request.error = (self._generation_refusal()
+                         or params_refusal(params, self.model_config.vocab_size, self.config.options.max_n,
+                                           reasons=self.reasoning is not None)
                          or self._refusal(token_ids, len(prompt_ids), max_tokens) or self._constrain(request))
         if request.error:
             self.step_outputs.refuse(request)
@@ -168,9 +203,7 @@ class LLM:
                  sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """Outputs in input order. A prompt that cannot run gets an output with ``error`` set."""
-        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        return self._run_all([self._encoded(prompt) for prompt in prompts], sampling_params, use_tqdm)
+        return self._run_all([self._encoded(prompt) for prompt in _prompt_list(prompts)], sampling_params, use_tqdm)
 
     def chat(self, messages: SequenceOf[Message] | SequenceOf[SequenceOf[Message]],
              sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
@@ -244,7 +277,50 @@ class LLM:
         """Each text's total log-likelihood over windows of max_model_len, every token scored once."""
         return scoring.loglikelihood_rolling(self, texts, use_tqdm)
 
+    # ---- pooling -------------------------------------------------------------------------
+
+    def embed(self, prompts: Prompt | SequenceOf[Prompt], pooling_params: PoolingParams | None = None,
+              use_tqdm: bool = True) -> list[EmbeddingRequestOutput]:
+        """Each prompt's embedding (``.outputs.embedding``), pooled as the ``pooling`` setting says."""
+        return self._pool_all(prompts, "embed", pooling_params, use_tqdm)
+
+    def classify(self, prompts: Prompt | SequenceOf[Prompt],
+                 use_tqdm: bool = True) -> list[ClassificationRequestOutput]:
+        """Each prompt's class probabilities (``.outputs.probs``) and likeliest label, from a classifier."""
+        return self._pool_all(prompts, "classify", None, use_tqdm)
+
+    def reward(self, prompts: Prompt | SequenceOf[Prompt], use_tqdm: bool = True) -> list[PoolingRequestOutput]:
+        """Each prompt's raw head output (``.outputs.data``): a reward model's score."""
+        return self._pool_all(prompts, "reward", None, use_tqdm)
+
+    def score(self, query: str | SequenceOf[str], documents: str | SequenceOf[str],
+              use_tqdm: bool = True) -> list[ScoringRequestOutput]:
+        """Each (query, document) pair's ``.outputs.score``: a reranker's yes probability, a one-label
+        classifier's (cross-encoder's) sigmoid, or an embedding model's cosine similarity. One query is
+        scored against every document; two lists pair one to one."""
+        queries, documents = pooling_batch.pairs(query, documents)
+        return pooling_batch.score(self, queries, documents, lambda text: self._encoded(text)[1], use_tqdm)
+
+    def score_prompt_ids(self, query: str, document: str) -> list[int]:
+        """The token ids one ``score`` request reads for a pair: a reranker's ``rerank_template`` filled in, or
+        the tokenizer's own pair encoding for a cross-encoder."""
+        if self.model_config.head == "classifier":
+            return self.tokenizer(query, document)["input_ids"]
+        template = self.config.options.rerank_template
+        return self._encoded(template.replace("{query}", query).replace("{document}", document))[1]
+
+    def _pool_all(self, prompts: Prompt | SequenceOf[Prompt], task: str, params: PoolingParams | None,
+                  use_tqdm: bool) -> list[PoolingRequestOutput]:
+        encoded = [self._encoded(prompt)[1] for prompt in _prompt_list(prompts)]
+        return pooling_batch.run_pooling(self, encoded, task, params, use_tqdm)
+
     # ---- internals -----------------------------------------------------------------------
+
+    def _generation_refusal(self) -> str | None:
+        if "generate" in self.supported_tasks:
+            return None
+        return ("this model has no LM head to generate or score text with; "
+                f"it serves {', '.join(self.supported_tasks)}")
 
     def _refusal(self, token_ids: list[int], prompt_len: int, max_tokens: int) -> str | None:
         if not token_ids:
@@ -276,6 +352,13 @@ class LLM:
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
         return Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
 
+
+
+def _prompt_list(prompts: Prompt | SequenceOf[Prompt]) -> SequenceOf[Prompt]:
+    """One prompt (text, token ids or a prompt dict) as a list of one; a list as it is."""
+    if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
+        return [prompts]
+    return prompts
 
 
 def _with_tools(params: SamplingParams | SequenceOf[SamplingParams], tools: list[dict[str, Any]] | None,

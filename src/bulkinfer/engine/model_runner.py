@@ -22,6 +22,7 @@ from bulkinfer.engine.cpu_memory import keep_freed_memory
 from bulkinfer.engine.decode_graphs import DecodeGraphs
 from bulkinfer.engine.kv_budget import kv_blocks_that_fit, kv_bytes_per_token
 from bulkinfer.engine.logprobs import TopLogprobs
+from bulkinfer.engine.pooling.pooler import chunk_reader
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.step_logits import StepLogits, logit_slices
@@ -102,23 +103,28 @@ class ModelRunner:
         """Rank 0: run one scheduled batch on every rank; the logits it needs come back here."""
         plan, rows = plan_step(batch, self.block_size)
         logits = StepLogits(rows, self.device)
+        pool = chunk_reader(batch)
         if self.workers is None:
-            self.forward(plan, logits.consume)
+            self.forward(plan, logits.consume, pool)
         else:
             with self.workers.watch():
                 self.workers.send(plan)
-                self.forward(plan, logits.consume)
+                self.forward(plan, logits.consume, pool)
         return ModelOutput(rows.sample_seqs, logits.sampled_logits(), logits.prompt_scores())
 
     @torch.inference_mode()
-    def forward(self, plan: StepPlan, consume: Callable[[int, torch.Tensor], None] | None = None) -> None:
+    def forward(self, plan: StepPlan, consume: Callable[[int, torch.Tensor], None] | None = None,
+                pool: Callable[[torch.Tensor], None] | None = None) -> None:
         """Run the model; its logits go to ``consume(first_row, logits)`` on rank 0, in slices of
-        at most LOGIT_SLICE_ROWS rows (every rank slices alike: the LM head gathers across ranks)."""
+        at most LOGIT_SLICE_ROWS rows (every rank slices alike: the LM head gathers across ranks), and
+        its hidden states to ``pool`` on rank 0 when pooling requests run."""
         inputs = plan.to(self.device, self.staging)
         if self.decode_graphs is not None and self.decode_graphs.fits(inputs.attn):
             hidden = self.decode_graphs.run(inputs.input_ids, inputs.positions, inputs.attn)
         else:
             hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn)
+        if pool is not None:
+            pool(hidden)
         for rows in logit_slices(inputs.logit_rows.shape[0]):
             logits = self.model.compute_logits(hidden[inputs.logit_rows[rows]])
             if consume is not None and logits is not None:

@@ -22,7 +22,7 @@ class SequenceStatus(enum.Enum):
 class Sequence:
     def __init__(self, request_id: Any, index: int, prompt_token_ids: list[int], params: SamplingParams,
                  generator: torch.Generator | None, score_from: int | None = None,
-                 scored_ids: list[int] | None = None):
+                 scored_ids: list[int] | None = None, pooler: Any = None):
         self.request_id = request_id
         self.index = index  # which of the request's n samples this is
         self.prompt_token_ids = prompt_token_ids
@@ -49,7 +49,8 @@ class Sequence:
         # The tokens scored, by position: the prompt's own, or for a scoring request the whole
         # text, whose last token is only ever a target and so is not part of the prompt.
         self.scored_ids = prompt_token_ids if scored_ids is None else scored_ids
-        self.prefill_only = scored_ids is not None  # done once the prompt is computed, nothing sampled
+        self.pooler = pooler  # a pooling request's reader of its hidden states (engine/pooling/pooler.py)
+        self.prefill_only = scored_ids is not None or pooler is not None  # done once the prompt is computed
         self.bad_word_ids: list[list[int]] = []  # token spellings of params.bad_words, see engine/logit_rules.py
         self.matcher: Any = None  # the grammar's state (an llguidance matcher) when the output is constrained
         # What it writes now; a model without a reasoning parser writes only an answer (engine/reasoning/).
@@ -79,6 +80,14 @@ class Sequence:
         return len(self.token_ids) - self.num_computed_tokens
 
     @property
+    def max_cached_tokens(self) -> int:
+        """How many leading tokens the prefix cache may serve. The last is always computed (its logits or hidden
+        state are wanted), and so is every scored position and every token a mean or cls pooler reads."""
+        if self.pooler is not None and self.pooler.reads_every_token:
+            return 0
+        return len(self) - 1 if self.score_from is None else min(len(self) - 1, self.score_from - 1)
+
+    @property
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED
 
@@ -91,6 +100,8 @@ class Sequence:
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
         self.block_table = []
+        if self.pooler is not None:
+            self.pooler.reset()
 
 
 class OutputIds(SequenceOf[int]):

@@ -31,6 +31,8 @@ class EngineStats:
     kv_bytes_per_token: int = 0  # a token's keys and values over every layer (and every rank)
 
     def count_output(self, output: RequestOutput) -> None:
+        if not isinstance(output, RequestOutput):  # a pooling request's: it writes no tokens
+            return
         for completion in output.outputs:
             self.reasoning_tokens += completion.num_reasoning_tokens
             self.answer_tokens += len(completion.token_ids) - completion.num_reasoning_tokens

@@ -16,6 +16,7 @@ import torch
 from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.logprobs import records, top_logprobs
 from bulkinfer.engine.model_runner import ModelOutput
+from bulkinfer.engine.pooling.request import PoolingRequest
 from bulkinfer.engine.reasoning.tracker import ReasoningTracker
 from bulkinfer.engine.request import Request, StopChecker
 from bulkinfer.engine.sampler import Sampler, SamplerOutput
@@ -23,7 +24,7 @@ from bulkinfer.engine.scheduler import ScheduledBatch, Scheduler
 from bulkinfer.engine.sequence import Sequence
 from bulkinfer.engine.stats import EngineStats
 from bulkinfer.engine.tools.calls import ToolCalls
-from bulkinfer.outputs import Logprob, PositionLogprobs, RequestOutput
+from bulkinfer.outputs import Logprob, PoolingRequestOutput, PositionLogprobs, RequestOutput
 
 
 class StepOutputs:
@@ -76,7 +77,9 @@ class StepOutputs:
         self._record_prompt_logprobs(output)
         return self._finish_prefill_only(batch) + self._take_sampled_tokens(output)
 
-    def _output(self, request: Request) -> RequestOutput:
+    def _output(self, request: Request | PoolingRequest) -> RequestOutput | PoolingRequestOutput:
+        if isinstance(request, PoolingRequest):  # pooled by the model runner: nothing was written to decode
+            return request.output()
         return request.output(self.detokenizer, self.reasoning, self.tool_calls)
 
     def _admit_compiled(self) -> None:

@@ -10,12 +10,17 @@ from bulkinfer.models.quantization.config import QuantizationConfig, quantizatio
 from bulkinfer.models.refusal import UnsupportedModelError
 
 
+# The dense families, by the prefix of their architecture names, and the decoder parts each switches on.
+_DENSE_FAMILIES = {"Llama": {}, "Mistral": {}, "Qwen2": {"qkv_bias": True}, "Qwen3": {"qk_norm": True}}
+# What sits on the decoder: an LM head ("lm"), a sequence-classification head ("classifier", transformers'
+# `score` over the last token) or nothing ("none": a bare `*Model` checkpoint, which embeds).
+HEADS = ("lm", "classifier", "none")
 # Architecture name in config.json -> which optional parts of the shared decoder it switches on.
 SUPPORTED_ARCHITECTURES = {
-    "LlamaForCausalLM": {},
-    "MistralForCausalLM": {},
-    "Qwen2ForCausalLM": {"qkv_bias": True},
-    "Qwen3ForCausalLM": {"qk_norm": True},
+    **{f"{family}ForCausalLM": parts for family, parts in _DENSE_FAMILIES.items()},
+    **{f"{family}ForSequenceClassification": {**parts, "head": "classifier"}
+       for family, parts in _DENSE_FAMILIES.items()},
+    **{f"{family}Model": {**parts, "head": "none"} for family, parts in _DENSE_FAMILIES.items()},
     "MixtralForCausalLM": {"moe": "mixtral"},
     "Qwen2MoeForCausalLM": {"qkv_bias": True, "moe": "qwen2_moe"},
     "Qwen3MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_moe"},
@@ -71,6 +76,8 @@ class ModelConfig:
     moe: MoEConfig | None = None  # None: a dense model
     implementation: str = "native"  # whose code runs it: "native" (models/llama.py) or "transformers"
     quantization: QuantizationConfig | None = None  # None: plain weights
+    head: str = "lm"  # one of HEADS
+    labels: tuple[str, ...] = ()  # a classifier's label names, by index (id2label)
 
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
@@ -78,6 +85,9 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, hf: dict) -> "ModelConfig":
         architecture = _architecture(hf)
+        if hf.get("is_causal") is False:  # gte-Qwen2's embedding checkpoints: every token sees every other
+            raise UnsupportedModelError(f"{architecture} with bidirectional attention (is_causal false): "
+                                        "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = hf["num_attention_heads"]
         rope = hf.get("rope_parameters") or {}  # transformers >= 5 keeps theta and scaling here
@@ -102,6 +112,8 @@ class ModelConfig:
             sliding_window=_sliding_window(hf),
             moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
             quantization=quantization_from_hf(hf),
+            head=parts.get("head", "lm"),
+            labels=_labels(hf) if parts.get("head") == "classifier" else (),
         )
 
 
@@ -118,6 +130,13 @@ def _architecture(hf: dict) -> str:
                                     f"{', '.join(SUPPORTED_ARCHITECTURES)}; model_impl='transformers' (or 'auto') "
                                     "runs other causal LMs through transformers")
     return name
+
+
+def _labels(hf: dict) -> tuple[str, ...]:
+    """A classifier's label names by index: id2label where config.json has it (transformers always writes it),
+    else LABEL_i for num_labels of them."""
+    id2label = hf.get("id2label") or {str(i): f"LABEL_{i}" for i in range(hf.get("num_labels", 2))}
+    return tuple(id2label[str(i)] for i in range(len(id2label)))
 
 
 def checkpoint_dtype(name: str | None) -> torch.dtype:

@@ -124,7 +124,8 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Hidden states for every new token; logits only for the rows the sampler needs."""
+    """Hidden states for every new token; logits only for the rows the sampler needs. The decoder carries the
+    head its checkpoint names (config.head): an LM head, a sequence-classification ``score`` head, or none."""
 
     def __init__(self, config: ModelConfig, ops: KernelOps, max_position: int, tp: TensorParallel = SINGLE):
         super().__init__()
@@ -132,9 +133,11 @@ class CausalLM(nn.Module):
         self.config = config
         self.tp = tp
         self.model = DecoderModel(config, ops, tp)
-        self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, tp)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        if config.head == "lm":
+            self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, tp)
+        if config.head == "classifier":  # a few rows: every rank holds all of them
+            self.score = nn.Linear(config.hidden_size, len(config.labels), bias=False)
+        self._tie_embeddings()
         self.max_position = max_position
         self.register_buffer("rope_cache", self._rope_table(), persistent=False)
 
@@ -151,8 +154,7 @@ class CausalLM(nn.Module):
         params = dict(self.named_parameters())
         for name, dim in splits.items():
             params[name].tp_dim = dim
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self._tie_embeddings()
         with torch.device(device):
             self.rope_cache = self._rope_table()
 
@@ -164,6 +166,14 @@ class CausalLM(nn.Module):
         """[N, hidden] -> [N, vocab] fp32 on rank 0; None on the other ranks."""
         logits = self.lm_head(hidden)
         return None if logits is None else logits.float()
+
+    def classify(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, hidden] -> [N, num_labels] fp32: the classification head's logits (any rank)."""
+        return self.score(hidden).float()
+
+    def _tie_embeddings(self) -> None:
+        if self.config.head == "lm" and self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn for layer in self.model.layers]

@@ -129,6 +129,8 @@ def load_weights(model: CausalLM, path: Path) -> None:
     params = dict(model.named_parameters())
     loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
     for name, tensor in _tensors(path, model.config):
+        if model.config.head == "none" and not name.startswith("model."):
+            name = f"model.{name}"  # a bare `*Model` checkpoint names its decoder's tensors without the prefix
         if _KV_SCALE.match(name):
             _set_kv_scale(model, name, tensor)
             continue

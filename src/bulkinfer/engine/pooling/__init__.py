@@ -1,0 +1,1 @@
+"""Pooling requests: embed, classify, reward and score, run prefill-only through the generation scheduler."""
