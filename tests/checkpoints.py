@@ -250,7 +250,7 @@ def _token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
                 pad_token_id=tokenizer.pad_token_id)
 
 
-def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str, classifier: bool) -> torch.nn.Module:
+def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str, classifier: bool = False) -> torch.nn.Module:
     torch.manual_seed(seed)
     model_class = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM
     model = model_class.from_config(config, dtype=torch.float32)
