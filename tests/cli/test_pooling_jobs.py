@@ -148,6 +148,14 @@ def test_a_rerank_job_on_a_cross_encoder_matches_llm_score(capsys, tmp_path: Pat
     _close([row["score"] for row in rows], [output.outputs.score for output in expected], 1e-5)
 
 
+def test_an_embed_job_resumes_only_with_the_same_embedding_settings(capsys, tmp_path: Path, qwen3: Path) -> None:
+    data = _jsonl(tmp_path / "in.jsonl", [{"prompt": text} for text in TEXTS])
+    _run(capsys, qwen3, data, tmp_path / "out", "--task", "embed")
+    code, _, err = invoke(capsys, "run", "--model", qwen3, "--input", data, "--output", tmp_path / "out", *FAST,
+                          "--task", "embed", "--dimensions", "16")
+    assert "holds a different job (dimensions" in one_line_error(code, err)
+
+
 @pytest.mark.parametrize(("model", "flags", "message"), [
     ("qwen3", ("--task", "classify"), "task classify: .* cannot run it; it runs generate, score, choice, embed"),
     ("qwen3", ("--task", "rerank"), "set classifier_from_token to make a causal LM a reranker"),
