@@ -173,3 +173,11 @@ def test_a_job_the_model_cannot_serve_is_refused_in_one_line(capsys, tmp_path: P
                           "--output", tmp_path / "out", *flags)
     assert re.search(message, one_line_error(code, err))
     assert not (tmp_path / "out" / "job.json").exists()
+
+
+def test_float16_embeddings_are_the_same_numbers_in_jsonl_result_files(capsys, tmp_path: Path, qwen3: Path) -> None:
+    data = _jsonl(tmp_path / "in.jsonl", [{"prompt": text} for text in TEXTS])
+    flags = ("--task", "embed", "--embed-dtype", "float16")
+    parquet = _run(capsys, qwen3, data, tmp_path / "parquet", *flags)
+    jsonl = _run(capsys, qwen3, data, tmp_path / "jsonl", *flags, "--output-format", "jsonl")
+    assert [row["embedding"] for row in jsonl] == [row["embedding"] for row in parquet]

@@ -137,10 +137,12 @@ class EmbedTask(PoolingTask):
     def __init__(self, config: JobConfig, engine: EngineFacts) -> None:
         super().__init__(config, engine)
         width = config.pooling_params.dimensions or engine.hidden_size
-        self.types = {**self.types, "embedding": pa.list_(EMBED_DTYPES[config.embed_dtype], width)}
+        self.element = EMBED_DTYPES[config.embed_dtype]
+        self.types = {**self.types, "embedding": pa.list_(self.element, width)}
 
     def _values(self, output: Any) -> Row:
-        return {"embedding": output.embedding}
+        # Rounded to the element type here, so a JSONL result file holds the values a Parquet one does.
+        return {"embedding": pa.array(output.embedding, self.element).to_pylist()}
 
 
 class ClassifyTask(PoolingTask):
