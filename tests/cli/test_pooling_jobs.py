@@ -181,3 +181,16 @@ def test_float16_embeddings_are_the_same_numbers_in_jsonl_result_files(capsys, t
     parquet = _run(capsys, qwen3, data, tmp_path / "parquet", *flags)
     jsonl = _run(capsys, qwen3, data, tmp_path / "jsonl", *flags, "--output-format", "jsonl")
     assert [row["embedding"] for row in jsonl] == [row["embedding"] for row in parquet]
+
+
+def test_an_over_long_prompt_fails_its_row_unless_truncate_cuts_it(capsys, tmp_path: Path, qwen3: Path) -> None:
+    long = " ".join(["river sea night"] * 40)
+    data = _jsonl(tmp_path / "in.jsonl", [{"prompt": long}, {"prompt": TEXTS[0]}])
+    failed = _run(capsys, qwen3, data, tmp_path / "fail", "--task", "embed")
+    assert "exceeds max_model_len 64 (set truncate" in failed[0]["error"] and failed[0]["embedding"] is None
+    assert failed[0]["prompt_tokens"] > 64 and failed[1]["error"] is None
+    cut = _run(capsys, qwen3, data, tmp_path / "cut", "--task", "embed", "--truncate", "left")
+    ids = AutoTokenizer.from_pretrained(qwen3)(long)["input_ids"][-64:]
+    [expected] = LLM(str(qwen3), max_model_len=64).embed([{"prompt_token_ids": ids}], use_tqdm=False)
+    assert cut[0]["prompt_tokens"] == 64
+    _close(cut[0]["embedding"], expected.outputs.embedding, 1e-5)
