@@ -15,6 +15,7 @@ from bulkinfer.cli.run import RunCommandSettings
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.integrations.ray_job import RaySettings
 from bulkinfer.runner.config import JobConfig
+from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, settings_of
 
@@ -23,6 +24,8 @@ SECTIONS = [
     ("Sampling", SamplingParams, "Fields of `SamplingParams`. Each is also a job setting, a per-row param column "
      "(`--param-column NAME=COLUMN`), an lm-eval model_arg (a default for generation requests) and an "
      "OpenAI batch body field."),
+    ("Pooling", PoolingParams, "Fields of `PoolingParams`: what an embedding looks like (`LLM.embed` takes them; "
+     "each is also a job setting, for `--task embed`)."),
     ("Engine", EngineConfig, "Fields of `EngineConfig`: `LLM(model, **options)` takes them, and so do job "
      "files, flags, lm-eval model_args and `bulkinfer bench`. The engine's seed is `engine_seed` where one "
      "namespace holds every setting; `LLM` takes it as `seed`."),

@@ -24,6 +24,7 @@ from bulkinfer.engine.config import EngineConfig
 from bulkinfer.integrations.lm_eval_settings import generation_defaults, llm_arguments, sampling_params
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.prompts import RowSettings
+from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, settings_of
 
@@ -133,6 +134,17 @@ def test_an_engine_option_is_reachable_from_a_flag_and_a_job_file(tmp_path: Path
     if setting.name in NO_MODEL_ARG:
         return
     assert llm_arguments("m", None, _lm_eval_model_args(f"{setting.name}={value}"))[setting.field] == value
+
+
+POOLING = settings_of(PoolingParams)
+
+
+@pytest.mark.parametrize("setting", POOLING, ids=[s.name for s in POOLING])
+def test_a_pooling_option_is_reachable_from_a_flag_and_a_job_file(tmp_path: Path, setting: Setting) -> None:
+    value = _sample(setting)
+    assert getattr(JobConfig.from_settings(**REQUIRED).pooling_params, setting.field) != value
+    assert getattr(_from_flags(_flags(setting, value)).pooling_params, setting.field) == value
+    assert getattr(_from_job_file(tmp_path, setting, value).pooling_params, setting.field) == value
 
 
 def test_the_engine_is_given_every_option_of_the_job():

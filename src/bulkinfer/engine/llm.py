@@ -20,6 +20,7 @@ from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logit_rules import bad_word_ids
 from bulkinfer.engine.model_runner import ModelRunner
 from bulkinfer.engine.pooling import batch as pooling_batch
+from bulkinfer.engine.pooling.pair_prompt import pair_prompt_ids
 from bulkinfer.engine.pooling.request import PoolingRequest
 from bulkinfer.engine.pooling.tasks import POOLING_TASKS, PoolingModel
 from bulkinfer.engine.reasoning.registry import reasoning_parser
@@ -304,10 +305,8 @@ class LLM:
     def score_prompt_ids(self, query: str, document: str) -> list[int]:
         """The token ids one ``score`` request reads for a pair: a reranker's ``rerank_template`` filled in, or
         the tokenizer's own pair encoding for a cross-encoder."""
-        if self.model_config.head == "classifier":
-            return self.tokenizer(query, document)["input_ids"]
-        template = self.config.options.rerank_template
-        return self._encoded(template.replace("{query}", query).replace("{document}", document))[1]
+        return pair_prompt_ids(self.tokenizer, self.model_config.head, self.config.options.rerank_template,
+                               query, document)
 
     def _pool_all(self, prompts: Prompt | SequenceOf[Prompt], task: str, params: PoolingParams | None,
                   use_tqdm: bool) -> list[PoolingRequestOutput]:

@@ -1,5 +1,5 @@
-"""Every setting of a job. A job's own settings are declared here; the engine's and sampling's are
-EngineConfig's and SamplingParams' fields. All of them share one flat namespace, `job_settings()`,
+"""Every setting of a job. A job's own settings are declared here; the engine's, sampling's and pooling's are
+EngineConfig's, SamplingParams' and PoolingParams' fields. All of them share one flat namespace, `job_settings()`,
 from which the flags, the job-file keys and stats.json are derived.
 
     config = JobConfig.from_settings(model="ckpt", input=["data/"], output="out", max_tokens=64)
@@ -15,12 +15,15 @@ from typing import Any, ClassVar
 
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.errors import UsageError
+from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, check_choices, construct, expand_paths, setting, settings_of
 
 # The registry of tasks (runner/tasks/) imports this module, so the names are declared here too; a test
 # checks that the two agree.
-TASK_NAMES = ("generate", "score", "choice")
+TASK_NAMES = ("generate", "score", "choice", "embed", "classify", "reward", "rerank")
+# The tasks that pool a prompt's hidden states rather than generate or score text.
+POOLING_TASK_NAMES = ("embed", "classify", "reward", "rerank")
 
 
 def _job_sampling() -> SamplingParams:
@@ -61,12 +64,18 @@ class JobConfig:
     truncate: str | None = setting(None, "Cut over-long prompts from the left or right instead of failing those "
                                          "rows (default: fail).", choices=("left", "right"))
     # What to do with each row: generate text, score a continuation, or pick the likeliest of its choices.
-    task: str = setting("generate", "generate, score (logprob of a continuation column) or choice (likeliest "
-                                    "of a choices column).", choices=TASK_NAMES)
+    task: str = setting("generate", "generate, score (logprob of a continuation column), choice (likeliest "
+                                    "of a choices column), embed, classify, reward, or rerank (a query column "
+                                    "against a document column). See docs/jobs.md.", choices=TASK_NAMES)
     context_column: str = setting("context", "Column with the context text (--task score).")
     continuation_column: str = setting("continuation", "Column with the continuation to score (--task score).")
     choices_column: str = setting("choices", "Column with a list of candidate continuations of the prompt "
                                              "(--task choice).")
+    query_column: str = setting("query", "Column with the query text (--task rerank).")
+    document_column: str = setting("document", "Column with the document text scored against the query "
+                                               "(--task rerank).")
+    embed_dtype: str = setting("float32", "Element type of the embedding column (--task embed): float32 or "
+                                          "float16.", choices=("float32", "float16"), panel="Output")
     # Output and pacing.
     output_format: str = setting("parquet", "Result file format: parquet or jsonl.", choices=("parquet", "jsonl"),
                                  panel="Output")
@@ -86,6 +95,7 @@ class JobConfig:
                                       "JOB_COMPLETION_INDEX).", panel="Performance")
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig, metadata={"group": True})
     sampling: SamplingParams = dataclasses.field(default_factory=_job_sampling, metadata={"group": True})
+    pooling_params: PoolingParams = dataclasses.field(default_factory=PoolingParams, metadata={"group": True})
 
     def __post_init__(self) -> None:
         self._validate()
@@ -99,7 +109,7 @@ class JobConfig:
         unknown = sorted(set(settings) - set(by_name))
         if unknown:
             raise UsageError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-        groups: dict[type, dict[str, Any]] = {cls: {}, EngineConfig: {}, SamplingParams: {}}
+        groups: dict[type, dict[str, Any]] = {cls: {}, EngineConfig: {}, SamplingParams: {}, PoolingParams: {}}
         for name, value in settings.items():
             groups[by_name[name].owner][by_name[name].field] = value
         try:
@@ -110,14 +120,19 @@ class JobConfig:
             sampling = dataclasses.replace(_job_sampling(), **groups[SamplingParams])
         except (TypeError, ValueError) as exc:
             raise UsageError(f"bad sampling setting: {exc}") from None
+        try:
+            pooling_params = PoolingParams(**groups[PoolingParams])
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad pooling setting: {exc}") from None
         missing = [f"--{name}" for name in ("model", "input", "output") if name not in groups[cls]]
         if missing:
             raise UsageError(f"missing {', '.join(missing)}")
-        return cls(**groups[cls], engine=engine, sampling=sampling)
+        return cls(**groups[cls], engine=engine, sampling=sampling, pooling_params=pooling_params)
 
     def settings(self) -> dict[str, Any]:
         """Every setting by its flat name, as a job file would spell it."""
-        owners = {JobConfig: self, EngineConfig: self.engine, SamplingParams: self.sampling}
+        owners = {JobConfig: self, EngineConfig: self.engine, SamplingParams: self.sampling,
+                  PoolingParams: self.pooling_params}
         return {s.name: getattr(owners[s.owner], s.field) for s in job_settings()}
 
     @property
@@ -160,6 +175,9 @@ class JobConfig:
         for name in ("system_prompt", "chat_template", "chat_template_kwargs"):
             if getattr(self, name) is not None and self.messages_column is None:
                 raise UsageError(f"{name} needs messages_column: it applies to each row's chat messages")
+        if self.task == "rerank" and self.truncate is not None:
+            raise UsageError("truncate does not apply to task rerank: cutting a query and document prompt would "
+                             "cut its template; such rows fail instead")
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise UsageError(f"chat_template {self.chat_template}: no such file")
         per_row = [s.name for s in settings_of(SamplingParams) if s.per_row]
@@ -182,8 +200,9 @@ def _json_object(name: str, value: str | dict | None) -> dict | None:
 
 
 def job_settings() -> list[Setting]:
-    """The flat namespace: the job's own settings, then sampling's (job defaults), then the engine's."""
-    found = [*settings_of(JobConfig), *settings_of(SamplingParams), *settings_of(EngineConfig)]
+    """The flat namespace: the job's own settings, then sampling's (job defaults), pooling's, then the engine's."""
+    found = [*settings_of(JobConfig), *settings_of(SamplingParams), *settings_of(PoolingParams),
+             *settings_of(EngineConfig)]
     names = [s.name for s in found]
     clashes = {name for name in names if names.count(name) > 1}
     assert not clashes, f"settings declared under one name twice: {clashes}"  # a declaration mistake, not a user's

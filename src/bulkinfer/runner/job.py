@@ -22,10 +22,11 @@ from bulkinfer.runner.loop import JobLoop, Prefetcher, Reporter
 from bulkinfer.runner.open_job import OpenJob, open_job
 from bulkinfer.runner.readers import read_rows, windows
 from bulkinfer.runner.signals import StopSignals
-from bulkinfer.runner.tasks import EngineFacts, make_task, reserved_columns
+from bulkinfer.runner.tasks import TASKS, EngineFacts, make_task, reserved_columns
 
 if TYPE_CHECKING:
     from bulkinfer.engine.llm import LLM
+    from bulkinfer.models.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def load_llm(config: JobConfig) -> LLM:
 
 def engine_facts(llm: LLM) -> EngineFacts:
     # The reader thread gets its own tokenizer: the engine detokenizes with llm.tokenizer meanwhile.
-    return EngineFacts(copy.deepcopy(llm.tokenizer), llm.max_model_len, llm.reasoning is not None)
+    return EngineFacts(copy.deepcopy(llm.tokenizer), llm.max_model_len, llm.reasoning is not None,
+                       llm.model_config.hidden_size, llm.model_config.head)
 
 
 class LocalExecutor:
@@ -114,6 +116,7 @@ class LocalExecutor:
             resolve(config.engine, model_config)
         except (ValueError, KeyError) as exc:  # an architecture we cannot run, a bad option for this model
             raise UsageError(f"cannot load {config.model}: {exc}") from None
+        _check_task(config, model_config)
         # The job's own sampling settings would make every row an error row: refuse the job instead.
         # Whether the model reasons matters only to a thinking budget; the tokenizer loads only then.
         reasons = config.sampling.thinking_budget is not None and has_reasoning_parser(path, config.engine)
@@ -129,12 +132,26 @@ class LocalExecutor:
             task = make_task(config, engine_facts(llm))
             rows = read_rows(job.files, job.done, config.window_rows, job.rows, reserved=reserved_columns(config.task))
             prepared = Prefetcher(windows(rows, config.window_rows), task.prepare)
-            loop = JobLoop(llm, prepared, job.committer(config), task, config.in_flight_target,
+            loop = JobLoop(llm, prepared, job.committer(config, task.types), task, config.in_flight_target,
                            stop_requested, job.rows_total, reporter)
             try:
                 loop.run()
             finally:
                 prepared.close()
+
+
+def _check_task(config: JobConfig, model_config: ModelConfig) -> None:
+    """Refuse a task the model cannot serve, or an embedding wider than it, which would fail every row."""
+    from bulkinfer.engine.pooling.tasks import model_tasks
+
+    served = model_tasks(model_config, config.engine)
+    if TASKS[config.task].ENGINE_TASK not in served:
+        runnable = [name for name, task in TASKS.items() if task.ENGINE_TASK in served]
+        hint = " (set classifier_from_token to make a causal LM a reranker)" if config.task == "rerank" else ""
+        raise UsageError(f"task {config.task}: {config.model} cannot run it{hint}; it runs {', '.join(runnable)}")
+    dimensions = config.pooling_params.dimensions
+    if config.task == "embed" and dimensions is not None and dimensions > model_config.hidden_size:
+        raise UsageError(f"dimensions {dimensions} is above the model's hidden size ({model_config.hidden_size})")
 
 
 def _engine_options(config: JobConfig) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from bulkinfer.errors import RunError, UsageError, disk_error
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.outdir.commit import Committer
@@ -47,9 +49,10 @@ class OpenJob:
     def rows_total(self) -> int:
         return len(self.rows)
 
-    def committer(self, config: JobConfig) -> Committer:
-        files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files),
-                            result_types(config.task, config.list_outputs))
+    def committer(self, config: JobConfig, types: dict[str, pa.DataType] | None = None) -> Committer:
+        """`types`: the result columns' exact types (the task's `types`), where they depend on the engine."""
+        types = types or result_types(config.task, config.list_outputs)
+        files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files), types)
         return Committer(files, self.ledger, self.progress, config.shard_rows, config.commit_seconds,
                          self.check_before_commit)
 

@@ -1,5 +1,6 @@
 """What a row asks for: its prompt text (a prompt column, or chat messages rendered with the chat
-template) and its sampling settings (the job's, overridden by the row's param columns)."""
+template), its token ids (encoded in one batch, cut to fit when the job says so) and its sampling
+settings (the job's, overridden by the row's param columns)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,71 @@ from bulkinfer.errors import UsageError
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import coerce, settings_of
+
+# No tokenizer averages more than this many characters per token on real text, so a text longer than
+# this times max_model_len cannot fit and is refused before it is tokenized.
+CHARS_PER_TOKEN = 16
+
+
+def prompt_columns(config: JobConfig) -> list[tuple[str, str]]:
+    """The (setting, column) a row's prompt comes from: its chat messages, or its prompt text."""
+    if config.messages_column:
+        return [("messages_column", config.messages_column)]
+    return [("prompt_column", config.prompt_column)]
+
+
+def text_field(values: dict[str, Any], column: str) -> str:
+    """A row's text in `column`; ValueError when it has none."""
+    if column not in values:
+        raise ValueError(f"no {column!r} field")
+    value = values[column]
+    if not isinstance(value, str):
+        raise ValueError(f"{column!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def bounded(text: str, max_model_len: int, truncate: str | None) -> str:
+    """The prompt, or only as much of its kept end as can fit: it is never tokenized whole when it is far
+    too long to fit (a 50 MB line would take tens of GB to tokenize). ValueError without `truncate`."""
+    limit = CHARS_PER_TOKEN * max_model_len
+    if len(text) <= limit:
+        return text
+    if truncate == "left":
+        return text[-limit:]
+    if truncate == "right":
+        return text[:limit]
+    raise ValueError(f"prompt is {len(text):,} characters; more than {CHARS_PER_TOKEN} x max_model_len "
+                     f"({limit:,}) cannot fit, so it was not tokenized (set truncate to 'left' or 'right' "
+                     f"to cut it)")
+
+
+def cut_to(token_ids: list[int], room: int, truncate: str | None) -> list[int] | None:
+    """The token ids within `room`, cut from the side `truncate` says; None when they do not fit uncut."""
+    if len(token_ids) <= room:
+        return token_ids
+    if truncate == "left":
+        return token_ids[-room:]
+    if truncate == "right":
+        return token_ids[:room]
+    return None
+
+
+def encode_prompts(tokenizer: Any, texts: list[str], add_special_tokens: bool) -> list[list[int] | str]:
+    """Token ids per text; a text the tokenizer fails on gets the error's text instead."""
+    if not texts:
+        return []
+    try:
+        # One batch call: the fast tokenizer encodes the batch in parallel in Rust, outside the GIL.
+        return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+    except Exception:  # noqa: BLE001 - the tokenizer's own errors; one bad text must not fail its window
+        return [_encode_one(tokenizer, text, add_special_tokens) for text in texts]
+
+
+def _encode_one(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int] | str:
+    try:
+        return tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+    except Exception as exc:  # noqa: BLE001 - see encode_prompts
+        return f"{type(exc).__name__}: {exc}"
 
 
 class PromptRenderer:

@@ -42,11 +42,7 @@ class PoolingModel:
     def tasks(self) -> tuple[str, ...]:
         """The tasks one request can run. A model that only embeds still scores pairs, through two embeddings
         (LLM.score); ``score`` here means one request scores a rendered pair."""
-        if self.head == "classifier":
-            return ("classify", "reward") + (("score",) if len(self.labels) == 1 else ())
-        # The reranker's head reads the LM head, which tensor parallelism splits across ranks.
-        pair = self.head == "lm" and self.rerank_ids is not None and not self.tensor_parallel
-        return ("embed",) + (("score",) if pair else ())
+        return pooling_tasks(self.head, len(self.labels), self.rerank_ids is not None, self.tensor_parallel)
 
     def refusal(self, task: str, params: PoolingParams) -> str | None:
         """Why this model cannot run a request of this task with these params; None if it can."""
@@ -69,6 +65,23 @@ class PoolingModel:
             return lambda pooled: model.classify(pooled[None])[0]
         rows = list(self.rerank_ids)
         return lambda pooled: model.compute_logits(pooled[None])[0, rows]
+
+
+def pooling_tasks(head: str, num_labels: int, reranker: bool, tensor_parallel: bool) -> tuple[str, ...]:
+    """What a model with this head can pool for (see PoolingModel.tasks)."""
+    if head == "classifier":
+        return ("classify", "reward") + (("score",) if num_labels == 1 else ())
+    # The reranker's head reads the LM head, which tensor parallelism splits across ranks.
+    pair = head == "lm" and reranker and not tensor_parallel
+    return ("embed",) + (("score",) if pair else ())
+
+
+def model_tasks(config: ModelConfig, options: EngineConfig) -> tuple[str, ...]:
+    """What one request can ask of a model, read from its config before it loads: ``generate`` with an LM
+    head, and the pooling tasks (LLM.supported_tasks once it has loaded)."""
+    generate = ("generate",) if config.head == "lm" else ()
+    return generate + pooling_tasks(config.head, len(config.labels), options.classifier_from_token is not None,
+                                    options.tensor_parallel_size > 1)
 
 
 def _token_id(tokenizer: Any, token: str) -> int:

@@ -15,13 +15,15 @@ from typing import Any
 from bulkinfer.engine.tokenizer import tokenizer_path
 from bulkinfer.errors import UsageError
 from bulkinfer.models.checkpoint import ModelNotFoundError, resolve_model_path
-from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.config import POOLING_TASK_NAMES, JobConfig
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import settings_of
 
 _SAMPLING_DEFAULTS = {s.field: s.default for s in settings_of(SamplingParams)}
 PROMPT_FIELDS = ("prompt_column", "messages_column", "system_prompt", "id_column", "param_columns", "truncate")
 TASK_FIELDS = ("task", "context_column", "continuation_column", "choices_column")
+POOLING_FIELDS = ("query_column", "document_column", "embed_dtype")
+POOLING_ENGINE_FIELDS = ("pooling", "classifier_from_token", "rerank_template")
 _SHOWN_CHARS = 60
 
 
@@ -41,11 +43,18 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
         **dataclasses.asdict(config.sampling),
         # Only for scoring tasks, so generation jobs started before tasks existed still resume.
         **({name: getattr(config, name) for name in TASK_FIELDS} if config.task != "generate" else {}),
+        # Only for pooling tasks, for the same reason.
+        **(_pooling_fields(config) if config.task in POOLING_TASK_NAMES else {}),
         # Only when on, for the same reason: a batch-invariant job must not resume without it.
         **({"deterministic": True} if config.engine.deterministic else {}),
         # Only when not auto, for the same reason: it decides what generated_text holds.
         **({"reasoning_parser": config.engine.reasoning_parser} if config.engine.reasoning_parser != "auto" else {}),
     }
+
+
+def _pooling_fields(config: JobConfig) -> dict[str, Any]:
+    return {**{name: getattr(config, name) for name in POOLING_FIELDS}, **dataclasses.asdict(config.pooling_params),
+            **{name: getattr(config.engine, name) for name in POOLING_ENGINE_FIELDS}}
 
 
 def model_identity(model: str, revision: str | None = None, tokenizer: str | None = None) -> dict[str, Any]:

@@ -12,12 +12,17 @@ from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.tasks.base import EngineFacts, Task
 from bulkinfer.runner.tasks.generate import GenerateTask
+from bulkinfer.runner.tasks.pooling import ClassifyTask, EmbedTask, RerankTask, RewardTask
 from bulkinfer.runner.tasks.score import ChoiceTask, ScoreTask
 
 TASKS: dict[str, type[Task]] = {
     "generate": GenerateTask,
     "score": ScoreTask,
     "choice": ChoiceTask,
+    "embed": EmbedTask,
+    "classify": ClassifyTask,
+    "reward": RewardTask,
+    "rerank": RerankTask,
 }
 
 

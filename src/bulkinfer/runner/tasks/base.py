@@ -20,9 +20,6 @@ from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.tasks.work import PreparedWindow, Work
 
 Row = dict[str, Any]
-# No tokenizer averages more than this many characters per token on real text, so a text longer than
-# this times max_model_len cannot fit and is refused before it is tokenized.
-CHARS_PER_TOKEN = 16
 # The result columns of every task, whose types do not depend on the job.
 PROMPT_TOKENS = pa.int64()
 ERROR = pa.string()
@@ -35,10 +32,17 @@ class EngineFacts:
     tokenizer: Any  # the task's own copy: the engine detokenizes with its tokenizer meanwhile
     max_model_len: int
     reasons: bool = False  # whether the model has a reasoning parser
+    hidden_size: int = 0  # the width of an embedding that dimensions does not cut
+    head: str = "lm"  # what sits on the model's decoder (ModelConfig.head): how a rerank pair is encoded
 
 
 class Task(Protocol):
     """One task's rows: engine requests in, result rows out. Instances live in one job run."""
+
+    ENGINE_TASK: str  # what one of its requests asks of the model (LLM.supported_tasks), checked before it loads
+    # The exact Arrow type of each result column in this job's files, known once the engine is: an embedding's
+    # width is the model's. result_types gives the same columns' types as every job of the task declares them.
+    types: dict[str, pa.DataType]
 
     def __init__(self, config: JobConfig, engine: EngineFacts) -> None: ...
 

@@ -5,17 +5,15 @@ them, logprobs, JSON, tool calls, and a thinking model's reasoning apart from th
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pyarrow as pa
 
 from bulkinfer.outputs import PositionLogprobs, RequestOutput, ToolCall
 from bulkinfer.runner.bins import order_for_engine
 from bulkinfer.runner.config import JobConfig
-from bulkinfer.runner.prompts import PromptRenderer, RowSettings
+from bulkinfer.runner.prompts import PromptRenderer, RowSettings, bounded, cut_to, encode_prompts, prompt_columns
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.tasks.base import (
-    CHARS_PER_TOKEN,
     ERROR,
     PROMPT_TOKENS,
     EngineFacts,
@@ -45,6 +43,8 @@ OPTIONAL_COLUMNS = (*REASONING_COLUMNS, "generated_json", "tool_calls", "logprob
 
 
 class GenerateTask:
+    ENGINE_TASK = "generate"
+
     def __init__(self, config: JobConfig, engine: EngineFacts) -> None:
         self.renderer = PromptRenderer(config, engine.tokenizer)
         self.row_settings = RowSettings(config)
@@ -53,6 +53,7 @@ class GenerateTask:
         self.truncate = config.truncate
         # With n > 1 possible, generation columns hold lists, one entry per sample, on every row.
         self.list_outputs = config.list_outputs
+        self.types = self.result_types(config.list_outputs)
         optional = [name for name in ("logprobs", "prompt_logprobs") if config.wants(name)]
         optional += ["generated_json"] if config.json_outputs else []
         optional += list(REASONING_COLUMNS) if engine.reasons else []
@@ -61,9 +62,7 @@ class GenerateTask:
 
     @staticmethod
     def input_columns(config: JobConfig) -> list[tuple[str, str]]:
-        if config.messages_column:
-            return [("messages_column", config.messages_column)]
-        return [("prompt_column", config.prompt_column)]
+        return prompt_columns(config)
 
     @staticmethod
     def result_types(list_outputs: bool) -> dict[str, pa.DataType]:
@@ -122,29 +121,11 @@ class GenerateTask:
         return result_row(row, {name: computed.get(name) for name in self.columns})
 
     def _bounded(self, text: str, params: SamplingParams) -> str:
-        """The prompt, or only as much of its kept end as can fit: it is never tokenized whole when it
-        is far too long to fit (a 50 MB line would take tens of GB to tokenize)."""
-        limit = CHARS_PER_TOKEN * self.max_model_len
-        if len(text) <= limit:
-            return text
-        if self.truncate == "left" or params.truncate_prompt_tokens is not None:  # both keep the end
-            return text[-limit:]
-        if self.truncate == "right":
-            return text[:limit]
-        raise ValueError(f"prompt is {len(text):,} characters; more than {CHARS_PER_TOKEN} x max_model_len "
-                         f"({limit:,}) cannot fit, so it was not tokenized (set truncate to 'left' or 'right' "
-                         f"to cut it)")
+        # truncate_prompt_tokens keeps the prompt's end, as left truncation does.
+        return bounded(text, self.max_model_len, "left" if params.truncate_prompt_tokens is not None else self.truncate)
 
     def _encode(self, texts: list[str]) -> list[list[int] | str]:
-        """Token ids per text; a text the tokenizer fails on gets the error's text instead."""
-        if not texts:
-            return []
-        special = self.renderer.adds_special_tokens
-        try:
-            # One batch call: the fast tokenizer encodes the batch in parallel in Rust, outside the GIL.
-            return self.tokenizer(texts, add_special_tokens=special)["input_ids"]
-        except Exception:  # noqa: BLE001 - the tokenizer's own errors; one bad text must not fail its window
-            return [_encode_one(self.tokenizer, text, special) for text in texts]
+        return encode_prompts(self.tokenizer, texts, self.renderer.adds_special_tokens)
 
     def _fit(self, row: SourceRow, token_ids: list[int], params: SamplingParams) -> list[int] | Failure:
         """The prompt cut to leave room for max_tokens when truncation is asked for, else a Failure."""
@@ -155,22 +136,12 @@ class GenerateTask:
                                 f"within max_model_len {self.max_model_len}", len(token_ids))
         if not token_ids:
             return Failure(row, f"{row.where}: the prompt encodes to no tokens", 0)
-        if len(token_ids) <= room:
-            return token_ids
-        if self.truncate == "left":
-            return token_ids[-room:]
-        if self.truncate == "right":
-            return token_ids[:room]
+        fitted = cut_to(token_ids, room, self.truncate)
+        if fitted is not None:
+            return fitted
         return Failure(row, f"{row.where}: prompt is {len(token_ids)} tokens; with max_tokens {params.max_tokens} "
                             f"it exceeds max_model_len {self.max_model_len} (set truncate to 'left' or 'right' "
                             f"to cut it)", len(token_ids))
-
-
-def _encode_one(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int] | str:
-    try:
-        return tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
-    except Exception as exc:  # noqa: BLE001 - see GenerateTask._encode
-        return f"{type(exc).__name__}: {exc}"
 
 
 def _json_text(text: str, params: SamplingParams) -> str | None:

@@ -16,9 +16,9 @@ from bulkinfer.engine.scoring import Loglikelihood, encode_pair, loglikelihood_o
 from bulkinfer.outputs import RequestOutput
 from bulkinfer.runner.bins import order_for_engine
 from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.prompts import CHARS_PER_TOKEN, text_field
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.runner.tasks.base import (
-    CHARS_PER_TOKEN,
     ERROR,
     PROMPT_TOKENS,
     EngineFacts,
@@ -29,10 +29,12 @@ from bulkinfer.runner.tasks.work import Failure, PreparedWindow, Work
 
 
 class ScoreTask:
+    ENGINE_TASK = "generate"
     COLUMNS: dict[str, pa.DataType] = {"logprob": pa.float64(), "is_greedy": pa.bool_()}
 
     def __init__(self, config: JobConfig, engine: EngineFacts) -> None:
         self.config = config
+        self.types = self.result_types(False)
         self.tokenizer = engine.tokenizer
         # The last position scored is never fed back, so a pair may be one token longer than the model.
         self.limit = engine.max_model_len + 1
@@ -84,7 +86,7 @@ class ScoreTask:
 
     def _pairs(self, values: dict[str, Any]) -> list[tuple[str, str]]:
         """The row's (context, continuation) pairs, one request each; ValueError when the row has none."""
-        return [(_text(values, self.config.context_column), _text(values, self.config.continuation_column))]
+        return [(text_field(values, self.config.context_column), text_field(values, self.config.continuation_column))]
 
     def _request_id(self, row: SourceRow, part: int) -> Any:
         return row.index
@@ -134,7 +136,7 @@ class ChoiceTask(ScoreTask):
         return [("prompt_column", config.prompt_column), ("choices_column", config.choices_column)]
 
     def _pairs(self, values: dict[str, Any]) -> list[tuple[str, str]]:
-        context = _text(values, self.config.prompt_column)
+        context = text_field(values, self.config.prompt_column)
         return [(context, choice) for choice in _choices(values, self.config.choices_column)]
 
     def _request_id(self, row: SourceRow, part: int) -> Any:
@@ -146,15 +148,6 @@ class ChoiceTask(ScoreTask):
         norm = [score.logprob / len(score.token_logprobs) for score in scores]
         return {"choice_logprobs": raw, "choice_logprobs_norm": norm, "choice": _argmax(raw),
                 "choice_norm": _argmax(norm)}
-
-
-def _text(values: dict[str, Any], column: str) -> str:
-    if column not in values:
-        raise ValueError(f"no {column!r} field")
-    value = values[column]
-    if not isinstance(value, str):
-        raise ValueError(f"{column!r} must be a string, got {type(value).__name__}")
-    return value
 
 
 def _choices(values: dict[str, Any], column: str) -> list[str]:

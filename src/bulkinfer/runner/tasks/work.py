@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Hashable
 
+from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.sampling_params import SamplingParams
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 class Work:
     row: SourceRow
     token_ids: list[int]
-    params: SamplingParams | None  # None for a scoring request
+    params: SamplingParams | PoolingParams | None  # None for a scoring request
     score_from: int | None = None  # set: a prefill-only request scoring the tokens from here on
     part: int = 0  # a row may fan out into several requests (one per choice); this one's number
     parts: int = 1
