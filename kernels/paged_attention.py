@@ -426,14 +426,19 @@ def attention_tiles(head_dim: int, dtype: torch.dtype, target: KernelTarget, gro
     rows = 128 if wide else 32 if tight and group > 4 else 64
     block_n = 64 if head_dim <= 128 else 32
     decode_warps = 8 if tight else 4
-    # Converting an FP8 cache's keys and values takes registers too. At head_dim 256 the windowed
-    # extend kernel spills 8-32 bytes on sm_86 with 64 rows (none with 32); on sm_90 the decode kernel
-    # spills 8-32 bytes at head_dim 128 and 256 with 4 warps or 64 keys per step (none with 8 warps
-    # and 16 keys, which the extend kernel takes too without spilling).
-    if fp8_kv and head_dim > 128 and target.arch < 90:
-        rows = 32
-    elif fp8_kv and head_dim > 64 and target.arch >= 90:
-        decode_warps, block_n = 8, 16 if head_dim >= 128 else block_n
+    # Converting an FP8 cache's keys and values takes registers too (full compile matrix). On sm_80/86 the
+    # extend kernel spills 8-24 bytes at head_dim 256 with 64 rows; with 32 rows, groups of 5-8 heads spill
+    # with 32 keys per step and groups of 3-4 with 16, so each takes the other. At head_dim 64 it spills
+    # with 64 keys per step over blocks of 32 tokens. On sm_90 the decode kernel spills 8-32 bytes past
+    # head_dim 64 (padded to 128 and more) with 4 warps or 64 keys per step; 8 warps and 16 keys there,
+    # which the extend kernel takes too, do not.
+    if fp8_kv and target.arch < 90:
+        if head_dim > 128:
+            rows, block_n = 32, 16 if group > 4 else block_n
+        elif head_dim <= 64:
+            block_n = 32
+    elif fp8_kv and head_dim > 64:
+        decode_warps, block_n = 8, 16
     tiles = AttentionTiles(block_m=rows, block_n=block_n, extend_warps=8, decode_warps=decode_warps,
                            stages=1 if tight else 2)
     element = torch.tensor([], dtype=dtype).element_size()
