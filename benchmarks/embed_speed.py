@@ -81,6 +81,7 @@ def time_passes(systems: dict[str, Callable[[list[str]], object]], texts: list[s
             started = time.perf_counter()
             encode(texts)
             seconds[name].append(time.perf_counter() - started)
+            print(f"{name}: {tokens / seconds[name][-1]:.0f} tok/s", file=sys.stderr, flush=True)  # long runs
     return {name: {"first_seconds": round(times[0], 4), "first_tok_s": round(tokens / times[0], 1),
                    "warm_seconds": [round(t, 4) for t in times[1:]],
                    "warm_tok_s": round(tokens / min(times[1:]), 1)}
