@@ -130,9 +130,11 @@ def time_job(path: Path, texts: list[str], dtype: str, tokens: int, workdir: Pat
             "command": shlex.join(command[2:])}
 
 
-def machine() -> dict:
+def machine(load_at_start: tuple[float, ...]) -> dict:
+    """Where the figures come from, and how busy it was before and after: other work on the CPU moves them."""
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "load_average": [round(load, 2) for load in os.getloadavg()],
+            "cpus": os.cpu_count(), "load_average_at_start": [round(load, 2) for load in load_at_start],
+            "load_average": [round(load, 2) for load in os.getloadavg()],
             "python": platform.python_version(), "torch": torch.__version__}
 
 
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.texts < 4:
         parser.error("--repeats must be at least 1 and --texts at least 4")
+    load_at_start = os.getloadavg()
     quiet_third_party_logs()
     torch.set_num_threads(args.threads)
     # The job's subprocess runs with as many threads, so that it competes on the same CPU terms.
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs.append(run)
         print(json.dumps({"dtype": dtype, "ratio": run["bulkinfer_over_sentence_transformers"],
                           **{name: timing["warm_tok_s"] for name, timing in run["systems"].items()}}))
-    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(load_at_start),
               "torch_threads": torch.get_num_threads(),
               "command": shlex.join(["python", "benchmarks/embed_speed.py", *(argv or sys.argv[1:])]),
               "shape": args.shape, "pooling": args.pooling, "texts": args.texts, "seed": args.seed,

@@ -40,7 +40,7 @@ def test_the_report_times_both_systems_after_they_agree(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(report_path.read_text())
     assert report["torch_threads"] == 1 and report["texts"] == 6
-    assert {"platform", "cpus", "load_average"} <= report["machine"].keys()
+    assert {"platform", "cpus", "load_average", "load_average_at_start"} <= report["machine"].keys()
     assert report["command"].startswith("python benchmarks/embed_speed.py --shape tiny")
     [run] = report["runs"]
     assert run["dtype"] == "float32" and run["agreement_max_abs"] <= 1e-4
