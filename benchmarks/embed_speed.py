@@ -12,7 +12,9 @@ corpora do. Each system runs with its defaults (sentence-transformers: batches o
 bulkinfer: its scheduler's step budget), in this process, with the torch threads fixed. The first pass over the
 texts is reported apart; then ``--repeats`` warm passes, the systems taking turns, and the best one counts.
 Throughput is the texts' tokens per second. ``--job`` also times ``bulkinfer run --task embed`` on the same
-texts in a Parquet file, in a subprocess, start-up included.
+texts in a Parquet file, in a subprocess, start-up included. It is a script beside ``bulkinfer bench`` rather
+than one of its systems: the bench's workloads, baselines and figures (output tokens, the decode probe, MFU)
+are generation's.
 """
 
 from __future__ import annotations
