@@ -10,9 +10,7 @@ trained on a small generated corpus. The weights are random but seeded, so a giv
 from __future__ import annotations
 
 import functools
-import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -269,23 +267,3 @@ def _generation_config(tokenizer: PreTrainedTokenizerFast, eos_list: bool) -> Ge
     eos = [tokenizer.eos_token_id, eot_id] if eos_list else tokenizer.eos_token_id
     return GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=eos,
                             pad_token_id=tokenizer.pad_token_id)
-
-
-def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_mode: str) -> Path:
-    """A sentence-transformers model directory (modules.json, 1_Pooling/config.json, the decoder saved as a bare
-    `*Model`) built on the checkpoint in `model_dir` with its own classes and save(). Its tokenizer has no chat
-    template: sentence-transformers would otherwise render every text as a chat message before embedding it."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-
-    plain = Path(path) / "plain-text-source"
-    shutil.copytree(model_dir, plain)
-    (plain / "chat_template.jinja").unlink(missing_ok=True)
-    tokenizer_config = json.loads((plain / "tokenizer_config.json").read_text())
-    tokenizer_config.pop("chat_template", None)
-    (plain / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    transformer = Transformer(str(plain))
-    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode)
-    SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(path))
-    shutil.rmtree(plain)
-    return Path(path)

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 import torch
-from checkpoints import make_sentence_transformer
 from transformers import AutoModel
 
 from bulkinfer import LLM, PoolingParams
+from bulkinfer.bench.random_model import make_sentence_transformer
 from bulkinfer.sampling_params import SamplingParams
 
 RAW = PoolingParams(normalize=False)

@@ -1,8 +1,11 @@
 """Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped, or
-Qwen3-MoE-shaped for the mixture-of-experts shapes."""
+Qwen3-MoE-shaped for the mixture-of-experts shapes; and any checkpoint wrapped as a sentence-transformers
+embedding model, so that bulkinfer and sentence-transformers can embed with the same one."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,6 +58,26 @@ def make_random_checkpoint(path: Path, shape: ModelShape, dtype: str = "float32"
     model.save_pretrained(path)
     _word_tokenizer(shape.vocab_size).save_pretrained(path)
     return path
+
+
+def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_mode: str) -> Path:
+    """A sentence-transformers model directory (modules.json, 1_Pooling/config.json, the decoder saved as a bare
+    `*Model`) built on the checkpoint in `model_dir` with its own classes and save(). Its tokenizer has no chat
+    template: sentence-transformers would otherwise render every text as a chat message before embedding it."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    plain = Path(path) / "plain-text-source"
+    shutil.copytree(model_dir, plain)
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer_config = json.loads((plain / "tokenizer_config.json").read_text())
+    tokenizer_config.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    transformer = Transformer(str(plain))
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode)
+    SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(path))
+    shutil.rmtree(plain)
+    return Path(path)
 
 
 def hf_config(shape: ModelShape, dtype: str = "float32"):
