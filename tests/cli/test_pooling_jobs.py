@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from checkpoints import make_sentence_transformer
 from cli_helpers import exported, invoke, one_line_error
 from transformers import AutoTokenizer
 
 from bulkinfer import LLM, PoolingParams
+from bulkinfer.bench.random_model import make_sentence_transformer
 
 TEXTS = ["The cat sat on the mat.", "A quick answer", "Seven hundred and two rivers run to the sea at night!",
          "Hello world"]
