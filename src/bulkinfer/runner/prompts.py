@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
@@ -17,6 +17,7 @@ from bulkinfer.settings import coerce, settings_of
 # No tokenizer averages more than this many characters per token on real text, so a text longer than
 # this times max_model_len cannot fit and is refused before it is tokenized.
 CHARS_PER_TOKEN = 16
+Cut = TypeVar("Cut", str, list[int])  # what cut_to shortens: a prompt's text or its token ids
 
 
 def prompt_columns(config: JobConfig) -> list[tuple[str, str]]:
@@ -40,25 +41,23 @@ def bounded(text: str, max_model_len: int, truncate: str | None) -> str:
     """The prompt, or only as much of its kept end as can fit: it is never tokenized whole when it is far
     too long to fit (a 50 MB line would take tens of GB to tokenize). ValueError without `truncate`."""
     limit = CHARS_PER_TOKEN * max_model_len
-    if len(text) <= limit:
-        return text
-    if truncate == "left":
-        return text[-limit:]
-    if truncate == "right":
-        return text[:limit]
-    raise ValueError(f"prompt is {len(text):,} characters; more than {CHARS_PER_TOKEN} x max_model_len "
-                     f"({limit:,}) cannot fit, so it was not tokenized (set truncate to 'left' or 'right' "
-                     f"to cut it)")
+    kept = cut_to(text, limit, truncate)
+    if kept is None:
+        raise ValueError(f"prompt is {len(text):,} characters; more than {CHARS_PER_TOKEN} x max_model_len "
+                         f"({limit:,}) cannot fit, so it was not tokenized (set truncate to 'left' or 'right' "
+                         f"to cut it)")
+    return kept
 
 
-def cut_to(token_ids: list[int], room: int, truncate: str | None) -> list[int] | None:
-    """The token ids within `room`, cut from the side `truncate` says; None when they do not fit uncut."""
-    if len(token_ids) <= room:
-        return token_ids
+def cut_to(items: Cut, room: int, truncate: str | None) -> Cut | None:
+    """The token ids (or characters) within `room`, cut from the side `truncate` says; None when they do not
+    fit uncut."""
+    if len(items) <= room:
+        return items
     if truncate == "left":
-        return token_ids[-room:]
+        return items[-room:]
     if truncate == "right":
-        return token_ids[:room]
+        return items[:room]
     return None
 
 
