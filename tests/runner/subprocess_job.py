@@ -54,24 +54,25 @@ def assert_consistent(out: Path) -> None:
         assert (out / "shards" / commit.file).is_file()
 
 
-def killed_and_resumed(model: Path, data: Path, out: Path, extra: tuple[str, ...], seed: int) -> None:
-    """Run the job in a child process, SIGKILL it at random moments after a commit (twice at most), checking
-    what each kill leaves; then run it to the end."""
-    generator, kills = random.Random(seed), 0
+def killed_and_resumed(model: Path, data: Path, out: Path, extra: tuple[str, ...], seed: int,
+                       kills: tuple[int, int] = (1, 2), longest_wait: float = 0.4) -> None:
+    """Run the job in a child process, SIGKILL it at random moments after a commit (at least kills[0] times,
+    at most kills[1]), checking what each kill leaves; then run it to the end."""
+    generator, done = random.Random(seed), 0
     for _ in range(6):
         process = start(model, data, out, extra=extra)
         before = commits(out)
-        if wait_for(lambda: commits(out) > before, process):
+        if wait_for(lambda: commits(out) > before, process):  # work is going on: kill at a random instant of it
             try:
-                process.wait(timeout=generator.uniform(0.0, 0.4))
+                process.wait(timeout=generator.uniform(0.0, longest_wait))  # it may finish on its own meanwhile
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGKILL)
-                kills += 1
+                done += 1
         process.communicate(timeout=300)
         assert_consistent(out)
-        if kills == 2 or process.returncode == 0:
+        if done == kills[1] or process.returncode == 0:
             break
-    assert kills >= 1
+    assert done >= kills[0]
     process = start(model, data, out, extra=extra)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 0, err

@@ -3,12 +3,11 @@ finishes, and check that every row is there exactly once with the results of an 
 
 import random
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from runner_files import prompts, read_results, write_jsonl
-from subprocess_job import SETTINGS, assert_consistent, commits, start, wait_for
+from subprocess_job import SETTINGS, assert_consistent, commits, killed_and_resumed, start
 
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.export import export_job
@@ -57,22 +56,8 @@ def _assert_same_as_baseline(out: Path, baseline: list[dict]) -> None:
 
 
 def test_sigkill_at_random_moments(tmp_path: Path, data: Path, tiny_llama: Path, baseline: list[dict]) -> None:
-    out, generator, kills = tmp_path / "out", random.Random(1), 0
-    for _ in range(6):
-        process = start(tiny_llama, data, out)
-        before = commits(out)
-        if wait_for(lambda: commits(out) > before, process):  # work is going on: kill at a random instant of it
-            try:
-                process.wait(timeout=generator.uniform(0.0, 0.5))  # it may finish on its own meanwhile
-            except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-        process.communicate(timeout=300)
-        assert_consistent(out)
-        if kills == 3 or process.returncode == 0:
-            break
-    assert kills >= 2
-    _finish(tiny_llama, data, out)
+    out = tmp_path / "out"
+    killed_and_resumed(tiny_llama, data, out, (), seed=1, kills=(2, 3), longest_wait=0.5)
     _assert_same_as_baseline(out, baseline)
 
 
