@@ -207,3 +207,22 @@ def test_a_pooling_line_is_a_row_per_input(url: str, body: dict, rows: list[dict
 def test_a_broken_embeddings_body_is_its_lines_error(body: dict, message: str) -> None:
     parsed = parse_line(json.dumps(_request("x", "/v1/embeddings", **body)).encode(), 3)
     assert parsed.task == "embed" and [row["batch_error"] for row in parsed.rows] == [f"line 3: {message}"]
+
+
+def test_a_partial_export_leaves_out_a_line_it_has_only_some_rows_of(capsys, tmp_path: Path,
+                                                                      sentence_model: Path) -> None:
+    # Rows 0 | 1 2 | 3: shard 0 of 2 runs rows 0 and 1, so it finishes the first line and half of the second.
+    batch = _write(tmp_path / "batch.jsonl", [_request("a", "/v1/embeddings", input=TEXTS[0]),
+                                              _request("b", "/v1/embeddings", input=TEXTS[1:]),
+                                              _request("c", "/v1/embeddings", input=TEXTS[0])])
+    run = ("run", "--format", "openai-batch", "--model", sentence_model, "--input", batch, "--output", tmp_path / "job",
+           *FAST, "--num-shards", "2")
+    exported = []
+    for shard, partial in [("0", ("--partial",)), ("1", ())]:
+        code, _, err = invoke(capsys, *run, "--shard", shard)
+        assert code == 0, err
+        code, _, err = invoke(capsys, "export", tmp_path / "job", tmp_path / "lines.jsonl", *partial)
+        assert code == 0, err
+        lines = [json.loads(line) for line in (tmp_path / "lines.jsonl").read_text().splitlines()]
+        exported.append([(line["custom_id"], len(_body(line)["data"])) for line in lines])
+    assert exported == [[("a", 1)], [("a", 1), ("b", 2), ("c", 1)]]
