@@ -188,6 +188,7 @@ def test_the_task_follows_from_the_url(capsys, tmp_path: Path, sentence_model: P
     ("/v1/score", {"text_1": ["q", "r"], "text_2": ["a", "b"]}, [{"query": "q", "document": "a"},
                                                                  {"query": "r", "document": "b"}]),
     ("/v1/rerank", {"query": "q", "documents": ["a"], "top_n": 1}, [{"query": "q", "document": "a", "body_top_n": 1}]),
+    ("/v1/rerank", {"query": "q", "documents": "a"}, [{"query": "q", "document": "a", "body_top_n": None}]),
 ])
 def test_a_pooling_line_is_a_row_per_input(url: str, body: dict, rows: list[dict]) -> None:
     parsed = parse_line(json.dumps(_request("x", url, **body)).encode(), 3)

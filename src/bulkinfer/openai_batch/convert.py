@@ -1,4 +1,5 @@
-"""A batch input file -> the request table the runner reads: one JSONL row per line, prompts rendered.
+"""A batch input file -> the request table the runner reads: one JSONL row per line (per input, for the
+pooling endpoints), prompts rendered, and the one task the lines' urls need.
 
 Chat messages are rendered with the model's chat template here, so every row carries plain prompt
 text and the runner needs no notion of the batch format. The table is rewritten on every run and

@@ -47,18 +47,16 @@ def score_rows(body: dict[str, Any]) -> Rows:
 
 
 def rerank_rows(body: dict[str, Any]) -> Rows:
-    """One row per document, each paired with the query; top_n (0 or none: all) cuts the answer, not the work."""
+    """One row per document (a list of strings, or one string as vLLM takes it), each paired with the query;
+    top_n (0 or none: all) cuts the answer, not the work."""
     query = body.get("query")
     if not isinstance(query, str) or not query:
         raise ValueError("body.query must be a non-empty string")
-    documents = body.get("documents")
-    if not isinstance(documents, list):
-        raise ValueError("body.documents must be a list of strings")
     top_n = body.get("top_n")
     if top_n is not None and not _is_int(top_n):
         raise ValueError(f"body.top_n must be an integer, got {top_n!r}")
     return [{"query": query, "document": document, "body_top_n": top_n}
-            for document in _texts(documents, "documents")]
+            for document in _texts(body.get("documents"), "documents")]
 
 
 BODY_ROWS: dict[str, Callable[[dict[str, Any]], Rows]] = {
