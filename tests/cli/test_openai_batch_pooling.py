@@ -227,3 +227,9 @@ def test_a_partial_export_leaves_out_a_line_it_has_only_some_rows_of(capsys, tmp
         lines = [json.loads(line) for line in (tmp_path / "lines.jsonl").read_text().splitlines()]
         exported.append([(line["custom_id"], len(_body(line)["data"])) for line in lines])
     assert exported == [[("a", 1)], [("a", 1), ("b", 2), ("c", 1)]]
+
+
+def test_a_url_that_is_not_a_string_is_its_lines_error() -> None:
+    parsed = parse_line(json.dumps({**_request("x", "/v1/embeddings", input="a"), "url": ["/v1/embeddings"]}).encode(),
+                        2)
+    assert parsed.task is None and "line 2: unsupported url ['/v1/embeddings']" in parsed.rows[0]["batch_error"]

@@ -88,7 +88,7 @@ def _url(request: dict[str, Any]) -> str:
     url = request.get("url")
     if request.get("method", "POST") != "POST":
         raise BadRequest(f"method must be POST, got {request.get('method')!r}")
-    if url not in ENDPOINT_TASKS:
+    if not isinstance(url, str) or url not in ENDPOINT_TASKS:  # a JSON list or object cannot be looked up
         raise BadRequest(f"unsupported url {url!r}; supported: {', '.join(ENDPOINT_TASKS)}")
     return url
 
