@@ -72,6 +72,7 @@ EMBEDDINGS = [
     _request("number", "/v1/embeddings", input=5),
     _request("ids", "/v1/embeddings", input=[[1, 2, 3]]),
     _request("too-wide", "/v1/embeddings", input=TEXTS[1], dimensions=65),
+    _request("huge", "/v1/embeddings", input=TEXTS[1], dimensions=2**63 - 1),
     _request("too-long", "/v1/embeddings", input=[TEXTS[0], " ".join(["river sea night"] * 40)]),
 ]
 
@@ -79,7 +80,7 @@ EMBEDDINGS = [
 def test_embeddings_lines_are_answered_as_openais_embeddings(capsys, tmp_path: Path, sentence_model: Path) -> None:
     answers, failures = _run_batch(capsys, _write(tmp_path / "batch.jsonl", EMBEDDINGS), sentence_model)
     assert list(answers) == ["one", "list", "base64", "dims"]
-    assert list(failures) == ["empty", "number", "ids", "too-wide", "too-long"]
+    assert list(failures) == ["empty", "number", "ids", "too-wide", "huge", "too-long"]
     llm = LLM(str(sentence_model), max_model_len=64)
     expected = dict(zip(TEXTS, llm.embed(TEXTS, use_tqdm=False)))
     for custom_id, texts in [("one", TEXTS[:1]), ("list", TEXTS), ("base64", TEXTS[:2])]:
@@ -102,6 +103,7 @@ def test_embeddings_lines_are_answered_as_openais_embeddings(capsys, tmp_path: P
     assert "body.input must be a non-empty string or a non-empty list of strings" in _error(failures["number"])
     assert "body.input[0] must be a string (token ids are not supported)" in _error(failures["ids"])
     assert "body.dimensions 65 is above the embedding's size (64)" in _error(failures["too-wide"])
+    assert f"body.dimensions {2**63 - 1} is above the embedding's size (64)" in _error(failures["huge"])
     assert "exceeds max_model_len 64" in _error(failures["too-long"])
 
 
@@ -126,6 +128,7 @@ def test_score_and_rerank_lines_are_answered_as_vllm_does(capsys, tmp_path: Path
         _request("many", "/v1/score", text_1=[QUERY, "A quick question"], text_2=TEXTS[:2]),
         _request("rerank", "/v1/rerank", query=QUERY, documents=TEXTS),
         _request("top", "/v1/rerank", query=QUERY, documents=TEXTS, top_n=2),
+        _request("all", "/v1/rerank", query=QUERY, documents=TEXTS, top_n=2**80),
         _request("mismatch", "/v1/score", text_1=[QUERY, QUERY], text_2=TEXTS),
         _request("no-documents", "/v1/rerank", query=QUERY, documents=[]),
         _request("empty-document", "/v1/rerank", query=QUERY, documents=["x", ""]),
@@ -147,7 +150,7 @@ def test_score_and_rerank_lines_are_answered_as_vllm_does(capsys, tmp_path: Path
         assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0}
     scores, tokens = scored([QUERY] * 3, TEXTS)
     ranked = sorted(range(3), key=lambda i: -scores[i])
-    for custom_id, kept in [("rerank", 3), ("top", 2)]:
+    for custom_id, kept in [("rerank", 3), ("top", 2), ("all", 3)]:
         body = _body(answers[custom_id])
         assert body["id"].startswith("rerank-") and body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
         assert [result["index"] for result in body["results"]] == ranked[:kept]
@@ -188,7 +191,8 @@ def test_the_task_follows_from_the_url(capsys, tmp_path: Path, sentence_model: P
     ("/v1/score", {"text_1": ["q", "r"], "text_2": ["a", "b"]}, [{"query": "q", "document": "a"},
                                                                  {"query": "r", "document": "b"}]),
     ("/v1/rerank", {"query": "q", "documents": ["a"], "top_n": 1}, [{"query": "q", "document": "a", "body_top_n": 1}]),
-    ("/v1/rerank", {"query": "q", "documents": "a"}, [{"query": "q", "document": "a", "body_top_n": None}]),
+    ("/v1/rerank", {"query": "q", "documents": "a"}, [{"query": "q", "document": "a", "body_top_n": 1}]),
+    ("/v1/rerank", {"query": "q", "documents": ["a", "b"], "top_n": -1}, [{"body_top_n": 2}, {"body_top_n": 2}]),
 ])
 def test_a_pooling_line_is_a_row_per_input(url: str, body: dict, rows: list[dict]) -> None:
     parsed = parse_line(json.dumps(_request("x", url, **body)).encode(), 3)
@@ -199,8 +203,9 @@ def test_a_pooling_line_is_a_row_per_input(url: str, body: dict, rows: list[dict
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ({"input": "a", "dimensions": 0}, "body.dimensions must be an integer >= 1, got 0"),
-    ({"input": "a", "dimensions": True}, "body.dimensions must be an integer >= 1, got True"),
+    ({"input": "a", "dimensions": 0}, "body.dimensions must be an integer in [1, 2**63 - 1], got 0"),
+    ({"input": "a", "dimensions": True}, "body.dimensions must be an integer in [1, 2**63 - 1], got True"),
+    ({"input": "a", "dimensions": 2**63}, f"body.dimensions must be an integer in [1, 2**63 - 1], got {2**63}"),
     ({"input": "a", "encoding_format": "int8"}, "body.encoding_format must be one of float, base64, got 'int8'"),
     ({"input": []}, "body.input must be a non-empty string or a non-empty list of strings"),
     ({"input": ["a", None]}, "body.input[1] must be a string (got NoneType)"),

@@ -21,14 +21,15 @@ EMBED_COLUMNS = (*_LINE_COLUMNS, "prompt", "body_dimensions", "body_encoding_for
 RERANK_COLUMNS = (*_LINE_COLUMNS, "query", "document", "body_top_n")
 
 Rows = list[dict[str, Any]]
+_INT64_MAX = 2**63 - 1  # the table's integer columns are int64
 
 
 def embeddings_rows(body: dict[str, Any]) -> Rows:
     """One row per input: `input` is a string or a list of strings, as OpenAI takes it (token ids are not)."""
     texts = _texts(body.get("input"), "input")
     dimensions = body.get("dimensions")
-    if dimensions is not None and (not _is_int(dimensions) or dimensions < 1):
-        raise ValueError(f"body.dimensions must be an integer >= 1, got {dimensions!r}")
+    if dimensions is not None and (not _is_int(dimensions) or not 1 <= dimensions <= _INT64_MAX):
+        raise ValueError(f"body.dimensions must be an integer in [1, 2**63 - 1], got {dimensions!r}")
     encoding = body.get("encoding_format", "float")
     if encoding not in ENCODING_FORMATS:
         raise ValueError(f"body.encoding_format must be one of {', '.join(ENCODING_FORMATS)}, got {encoding!r}")
@@ -47,16 +48,17 @@ def score_rows(body: dict[str, Any]) -> Rows:
 
 
 def rerank_rows(body: dict[str, Any]) -> Rows:
-    """One row per document (a list of strings, or one string as vLLM takes it), each paired with the query;
-    top_n (0 or none: all) cuts the answer, not the work."""
+    """One row per document (a list of strings, or one string as vLLM takes it), each paired with the query.
+    top_n cuts the answer, not the work; it is kept as the number of results, 0 or none (vLLM's "all") included."""
     query = body.get("query")
     if not isinstance(query, str) or not query:
         raise ValueError("body.query must be a non-empty string")
+    documents = _texts(body.get("documents"), "documents")
     top_n = body.get("top_n")
     if top_n is not None and not _is_int(top_n):
         raise ValueError(f"body.top_n must be an integer, got {top_n!r}")
-    return [{"query": query, "document": document, "body_top_n": top_n}
-            for document in _texts(body.get("documents"), "documents")]
+    kept = len(documents) if top_n is None or not 0 < top_n < len(documents) else top_n
+    return [{"query": query, "document": document, "body_top_n": kept} for document in documents]
 
 
 BODY_ROWS: dict[str, Callable[[dict[str, Any]], Rows]] = {

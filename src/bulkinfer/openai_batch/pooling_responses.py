@@ -48,8 +48,7 @@ def _embedding(row: dict[str, Any], normalized: bool) -> list[float] | str:
 
 
 def _ranked(rows: Rows) -> list[dict[str, Any]]:
-    """Highest score first (ties in document order), cut to top_n when it is above 0, as vLLM, Jina and Cohere."""
+    """The top_n highest scores first (ties in document order), as vLLM, Jina and Cohere answer."""
     results = sorted(({"index": index, "document": {"text": row["document"]}, "relevance_score": row["score"]}
                       for index, row in enumerate(rows)), key=lambda result: -result["relevance_score"])
-    top_n = rows[0]["body_top_n"]
-    return results[:top_n] if top_n and top_n > 0 else results
+    return results[:rows[0]["body_top_n"]]
