@@ -30,7 +30,7 @@ def embeddings_rows(body: dict[str, Any]) -> Rows:
     dimensions = body.get("dimensions")
     if dimensions is not None and (not _is_int(dimensions) or not 1 <= dimensions <= _INT64_MAX):
         raise ValueError(f"body.dimensions must be an integer in [1, 2**63 - 1], got {dimensions!r}")
-    encoding = body.get("encoding_format", "float")
+    encoding = "float" if body.get("encoding_format") is None else body["encoding_format"]
     if encoding not in ENCODING_FORMATS:
         raise ValueError(f"body.encoding_format must be one of {', '.join(ENCODING_FORMATS)}, got {encoding!r}")
     return [{"prompt": text, "body_dimensions": dimensions, "body_encoding_format": encoding} for text in texts]

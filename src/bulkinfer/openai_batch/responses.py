@@ -24,8 +24,8 @@ def output_line(rows: list[dict[str, Any]], job: JobAnswers, request_id: str) ->
     """A success is status 200 with the url's body (chat.completion, text_completion, embeddings, score or
     rerank); any failure, the first of the line's rows' errors, status 400. `rows`: the line's rows, one unless
     the line asked for several inputs. `request_id`: the request's own hex id, from which the line's ids are made."""
-    error = next((row.get("batch_error") or row.get("error") for row in rows
-                  if row.get("batch_error") or row.get("error")), None)
+    errors = (row.get("batch_error") or row.get("error") for row in rows)
+    error = next((error for error in errors if error is not None), None)
     if error is None:
         try:
             body = _answer(rows, job, request_id)
