@@ -24,7 +24,7 @@ REQUESTS = [
     _request("chat-1", CHAT, messages=[{"role": "user", "content": "12+30="}], max_completion_tokens=8, temperature=0),
     _request("text-1", "/v1/completions", prompt="500+501=", max_tokens=8, temperature=0.7, n=3, seed=4, stop="\n"),
     "not json at all",
-    _request("embed-1", "/v1/embeddings", input="x"),
+    _request("image-1", "/v1/images/generations", prompt="x"),
     _request("chat-2", CHAT),  # no messages
     _request("chat-3", CHAT, messages=[{"role": "user", "content": "1+1="}], temperature=-3),  # engine refuses
 ]
@@ -40,10 +40,10 @@ def batch_file(tmp_path: Path) -> Path:
 def test_sampling_comes_from_each_body() -> None:
     chat = parse_line(json.dumps(_request("a", CHAT, messages=[{"role": "user", "content": [
         {"type": "text", "text": "1+"}, {"type": "text", "text": "2="}]}], max_completion_tokens=5, max_tokens=9,
-        logprobs=True, top_logprobs=2, stop="x", top_p=1)).encode(), 1)
+        logprobs=True, top_logprobs=2, stop="x", top_p=1)).encode(), 1).rows[0]
     assert chat["messages"] == [{"role": "user", "content": "1+2="}] and chat["body_model"] == "gpt-4o-mini"
     assert (chat["body_max_tokens"], chat["body_logprobs"], chat["body_stop"], chat["body_top_p"]) == (5, 2, ["x"], 1.0)
-    text = parse_line(json.dumps(_request("b", "/v1/completions", prompt=["7+1="], logprobs=3)).encode(), 2)
+    text = parse_line(json.dumps(_request("b", "/v1/completions", prompt=["7+1="], logprobs=3)).encode(), 2).rows[0]
     assert (text["prompt"], text["body_logprobs"], text["body_temperature"]) == ("7+1=", 3, None)
 
 
@@ -56,7 +56,8 @@ def test_sampling_comes_from_each_body() -> None:
     (json.dumps(_request("x", CHAT, messages=[{"role": "user"}])).encode(), "body.messages[1] needs a string content"),
 ])
 def test_broken_lines_carry_their_reason(line: bytes, message: str) -> None:
-    assert message in parse_line(line, 7)["batch_error"]
+    [row] = parse_line(line, 7).rows
+    assert message in row["batch_error"]
 
 
 def test_batch_job_exports_openai_output_lines(capsys, tmp_path: Path, batch_file: Path) -> None:
@@ -67,7 +68,7 @@ def test_batch_job_exports_openai_output_lines(capsys, tmp_path: Path, batch_fil
     code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "results.jsonl", "--format", "openai-batch")
     assert code == 0, err
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert [line["custom_id"] for line in lines] == ["chat-1", "text-1", None, "embed-1", "chat-2", "chat-3"]
+    assert [line["custom_id"] for line in lines] == ["chat-1", "text-1", None, "image-1", "chat-2", "chat-3"]
     assert [line["response"]["status_code"] for line in lines] == [200, 200, 400, 400, 400, 400]
     chat = ChatCompletion.model_validate(lines[0]["response"]["body"])
     assert chat.choices[0].message.content == "42" and chat.model == "gpt-4o-mini"
@@ -76,7 +77,7 @@ def test_batch_job_exports_openai_output_lines(capsys, tmp_path: Path, batch_fil
     assert len(text.choices) == 3 and text.usage.completion_tokens == sum(len(c.text) + 1 for c in text.choices)
     for line in lines[2:]:
         ErrorObject.model_validate(line["response"]["body"]["error"])
-    assert "unsupported url '/v1/embeddings'" in lines[3]["response"]["body"]["error"]["message"]
+    assert "unsupported url '/v1/images/generations'" in lines[3]["response"]["body"]["error"]["message"]
     assert "temperature must be >= 0" in lines[5]["response"]["body"]["error"]["message"]
     code, _, err = invoke(capsys, *run)  # the same command again: the job is found complete, not changed
     assert code == 0 and "complete: 6 of 6 rows done" in err
@@ -91,7 +92,7 @@ def test_a_batch_job_exports_batch_lines_by_itself_and_its_table_when_asked(caps
     code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "lines.jsonl")
     assert code == 0, err
     lines = [json.loads(line) for line in (tmp_path / "lines.jsonl").read_text().splitlines()]
-    assert [line["custom_id"] for line in lines] == ["chat-1", "text-1", None, "embed-1", "chat-2", "chat-3"]
+    assert [line["custom_id"] for line in lines] == ["chat-1", "text-1", None, "image-1", "chat-2", "chat-3"]
     code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "table.jsonl", "--format", "rows")
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "table.jsonl").read_text().splitlines()]

@@ -42,7 +42,7 @@ def _ids(lines: list[dict[str, Any]]) -> dict[str, str]:
 def test_run_batch_writes_responses_and_failed_requests_apart(capsys, tmp_path: Path, monkeypatch) -> None:
     batch = _write_batch(tmp_path / "batch.jsonl", [
         _chat("sum-1", "12+30="), _chat("nan", "1+1=", temperature=float("nan")), _chat("sum-2", "1+1="),
-        {"custom_id": "embed", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}])
+        {"custom_id": "image", "method": "POST", "url": "/v1/images/generations", "body": {"prompt": "x"}}])
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)  # OUTPUT relative: the job's state must sit beside it, and nothing else appear
@@ -51,7 +51,7 @@ def test_run_batch_writes_responses_and_failed_requests_apart(capsys, tmp_path: 
     assert sorted(os.listdir(work)) == [".out.jsonl.bulkinfer", "out.errors.jsonl", "out.jsonl"]
     answers, failures = _lines(work / "out.jsonl"), _lines(work / "out.errors.jsonl")
     assert [line["custom_id"] for line in answers] == ["sum-1", "sum-2"]
-    assert [line["custom_id"] for line in failures] == ["nan", "embed"]
+    assert [line["custom_id"] for line in failures] == ["nan", "image"]
     assert ChatCompletion.model_validate(answers[0]["response"]["body"]).choices[0].message.content == "42"
     assert "temperature must be a finite number" in failures[0]["response"]["body"]["error"]["message"]
     assert all(line["response"]["status_code"] == 400 for line in failures)

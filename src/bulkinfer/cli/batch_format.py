@@ -11,9 +11,9 @@ from bulkinfer.openai_batch import convert_batch_file, job_settings
 from bulkinfer.openai_batch.convert import prepare_requests_path
 
 FORMATS = ("rows", "openai-batch")
-# Settings the batch format fills in itself, from the request lines.
+# Settings the batch format fills in itself, from the request lines: the task follows from their url.
 BATCH_OWNED = ("prompt_column", "messages_column", "system_prompt", "chat_template", "chat_template_kwargs", "tools",
-               "param_columns", "input_format")
+               "param_columns", "input_format", "task", "query_column", "document_column")
 
 
 def check_format(value: str) -> str:
@@ -39,8 +39,8 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
     tokenizer = model_tokenizer(settings["model"], settings.get("tokenizer"), settings.get("revision"))
     table = prepare_requests_path(Path(settings["output"]))
     try:
-        convert_batch_file(batch_file, table, tokenizer)
+        task = convert_batch_file(batch_file, table, tokenizer)
     except OSError as exc:
         raise UsageError(f"{table}: cannot write the request table in --output ({exc.strerror})") from None
-    return {**settings, **job_settings(table)}
+    return {**settings, **job_settings(table, task)}
 

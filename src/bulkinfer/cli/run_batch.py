@@ -22,7 +22,7 @@ from bulkinfer.runner.destination import export_destination
 from bulkinfer.settings import Setting, expand_home
 
 # run-batch decides these itself: its one input and output, the batch format, one unsharded job of rows.
-_FIXED = ("format", "input", "output", *BATCH_OWNED, "id_column", "task", "context_column", "continuation_column",
+_FIXED = ("format", "input", "output", *BATCH_OWNED, "id_column", "context_column", "continuation_column",
           "choices_column", "output_format", "num_shards", "shard")
 
 

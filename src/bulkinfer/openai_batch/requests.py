@@ -1,10 +1,20 @@
-"""One OpenAI batch request line -> one row of the request table, or the reason it cannot run."""
+"""One OpenAI batch request line -> its rows of the request table and the task it needs, or the reason it cannot
+run. A chat or completions line is one row; the pooling endpoints' bodies are read in pooling_requests.py."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from bulkinfer.openai_batch.pooling_requests import (
+    BODY_ROWS,
+    EMBED_COLUMNS,
+    EMBEDDINGS_URL,
+    RERANK_COLUMNS,
+    RERANK_URL,
+    SCORE_URL,
+)
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import settings_of
 from bulkinfer.tool_params import check_tool_choice, parsed_tool_choice, parsed_tools
@@ -19,22 +29,42 @@ _FLOATS = {s.field for s in settings_of(SamplingParams) if s.kinds == (float,)}
 # messages and chat_template_kwargs are rendered into prompt (convert.py) and leave the table.
 COLUMNS = ("custom_id", "url", "body_model", "messages", "chat_template_kwargs", "prompt", "batch_error",
            *(f"body_{param}" for param in SAMPLING_PARAMS))
+# Each url's task: one job runs one task, so a batch file's lines must all need the same one.
+ENDPOINT_TASKS = {CHAT_URL: "generate", COMPLETIONS_URL: "generate", EMBEDDINGS_URL: "embed", SCORE_URL: "rerank",
+                  RERANK_URL: "rerank"}
+TABLE_COLUMNS = {"generate": COLUMNS, "embed": EMBED_COLUMNS, "rerank": RERANK_COLUMNS}
 
 
 class BadRequest(ValueError):
     """A line the batch cannot run; it becomes an error line and the job goes on."""
 
 
-def parse_line(line: bytes, number: int) -> dict[str, Any]:
-    """A request-table row; a broken line gives a row with only `custom_id` (if known) and `batch_error`."""
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+@dataclass(frozen=True)
+class ParsedLine:
+    """A line's rows, with only the columns it knows (table_row gives them the table's), and the task its url
+    needs (None when the line is too broken to say)."""
+
+    task: str | None
+    rows: list[dict[str, Any]]
+
+
+def parse_line(line: bytes, number: int) -> ParsedLine:
+    """A broken line gives one row with `custom_id` (if known) and `batch_error`."""
+    custom_id = url = None
     try:
         request = _json_object(line)
-        row["custom_id"] = _custom_id(request)
-        row.update(_request_row(request))
+        custom_id = _custom_id(request)
+        url = _url(request)
+        rows = _body_rows(url, request.get("body"))
     except BadRequest as exc:
-        row["batch_error"] = f"line {number}: {exc}"
-    return row
+        rows = [{"batch_error": f"line {number}: {exc}"}]
+    line_columns = {"custom_id": custom_id, "url": url, "batch_line": number, "batch_items": len(rows)}
+    return ParsedLine(ENDPOINT_TASKS.get(url), [{**row, **line_columns} for row in rows])
+
+
+def table_row(row: dict[str, Any], task: str) -> dict[str, Any]:
+    """The row with exactly the columns of `task`'s request table, so every row of a table has the same ones."""
+    return {column: row.get(column) for column in TABLE_COLUMNS[task]}
 
 
 def _json_object(line: bytes) -> dict[str, Any]:
@@ -54,17 +84,27 @@ def _custom_id(request: dict[str, Any]) -> str:
     return custom_id
 
 
-def _request_row(request: dict[str, Any]) -> dict[str, Any]:
-    url, body = request.get("url"), request.get("body")
+def _url(request: dict[str, Any]) -> str:
+    url = request.get("url")
     if request.get("method", "POST") != "POST":
         raise BadRequest(f"method must be POST, got {request.get('method')!r}")
-    if url not in (CHAT_URL, COMPLETIONS_URL):
-        raise BadRequest(f"unsupported url {url!r}; supported: {CHAT_URL}, {COMPLETIONS_URL}")
+    if not isinstance(url, str) or url not in ENDPOINT_TASKS:  # a JSON list or object cannot be looked up
+        raise BadRequest(f"unsupported url {url!r}; supported: {', '.join(ENDPOINT_TASKS)}")
+    return url
+
+
+def _body_rows(url: str, body: Any) -> list[dict[str, Any]]:
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
+    if url in BODY_ROWS:
+        try:
+            rows = BODY_ROWS[url](body)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        return [{"body_model": body.get("model"), **row} for row in rows]
     text = _chat(body) if url == CHAT_URL else {"prompt": _prompt(body)}
     sampling = _sampling(body, chat=url == CHAT_URL)
-    return {"url": url, "body_model": body.get("model"), **text, **{f"body_{p}": v for p, v in sampling.items()}}
+    return [{"body_model": body.get("model"), **text, **{f"body_{p}": v for p, v in sampling.items()}}]
 
 
 def _chat(body: dict[str, Any]) -> dict[str, Any]:

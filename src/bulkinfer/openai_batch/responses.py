@@ -1,25 +1,47 @@
-"""One exported result row -> one OpenAI batch output line, shaped like the API's own."""
+"""One request line's exported result rows -> its OpenAI batch output line, shaped like the API's own."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from bulkinfer.openai_batch.logprobs import Decode, chat_logprobs, completion_logprobs
+from bulkinfer.openai_batch.pooling_requests import BODY_ROWS
+from bulkinfer.openai_batch.pooling_responses import pooling_body
 from bulkinfer.openai_batch.requests import CHAT_URL
 
 
-def output_line(row: dict[str, Any], created: int, decode: Decode, request_id: str) -> dict[str, Any]:
-    """A success is status 200 with a chat.completion or text_completion body; any failure, status 400.
-    `request_id`: the request's own hex id, from which the line's ids are made."""
-    error = row.get("batch_error") or row.get("error")
+@dataclass(frozen=True)
+class JobAnswers:
+    """What every line's answer takes from the job."""
+
+    created: int  # the bodies' `created`: when the export ran
+    decode: Decode  # for logprobs
+    normalized: bool  # whether the job's embeddings are unit length (see pooling_body)
+
+
+def output_line(rows: list[dict[str, Any]], job: JobAnswers, request_id: str) -> dict[str, Any]:
+    """A success is status 200 with the url's body (chat.completion, text_completion, embeddings, score or
+    rerank); any failure, the first of the line's rows' errors, status 400. `rows`: the line's rows, one unless
+    the line asked for several inputs. `request_id`: the request's own hex id, from which the line's ids are made."""
+    errors = (row.get("batch_error") or row.get("error") for row in rows)
+    error = next((error for error in errors if error is not None), None)
+    if error is None:
+        try:
+            body = _answer(rows, job, request_id)
+        except ValueError as exc:  # what the export alone can tell: a body's dimensions above the embedding's
+            error = str(exc)
     if error is not None:
         body = {"error": {"message": error, "type": "invalid_request_error", "param": None, "code": None}}
-        status = 400
-    else:
-        body = _completion(row, created, decode, request_id)
-        status = 200
-    return {"id": f"batch_req_{request_id}", "custom_id": row.get("custom_id"),
-            "response": {"status_code": status, "request_id": f"req_{request_id}", "body": body}, "error": None}
+    return {"id": f"batch_req_{request_id}", "custom_id": rows[0].get("custom_id"),
+            "response": {"status_code": 200 if error is None else 400, "request_id": f"req_{request_id}",
+                         "body": body}, "error": None}
+
+
+def _answer(rows: list[dict[str, Any]], job: JobAnswers, request_id: str) -> dict[str, Any]:
+    if rows[0]["url"] in BODY_ROWS:
+        return pooling_body(rows, job.created, request_id, job.normalized)
+    return _completion(rows[0], job.created, job.decode, request_id)
 
 
 def _completion(row: dict[str, Any], created: int, decode: Decode, request_id: str) -> dict[str, Any]:
