@@ -1,0 +1,56 @@
+"""A job's LoRA adapters: the ones it names (``lora = {NAME = PATH}``) and which of them each row chooses
+in its lora param column (an adapter's name, or ``base`` for the base model; a null value is base)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bulkinfer.engine.lora.request import LoRARequest
+from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import BASE_MODEL, LORA_PARAM, JobConfig
+
+if TYPE_CHECKING:
+    from bulkinfer.engine.llm import LLM
+
+
+def job_adapters(config: JobConfig) -> dict[str, LoRARequest]:
+    """The job's adapters by name, each with the same id on every run (ids follow the names' order)."""
+    return {name: LoRARequest(name, index, config.lora[name]) for index, name in enumerate(sorted(config.lora), 1)}
+
+
+def check_adapter_files(config: JobConfig) -> None:
+    """UsageError for an adapter that cannot be read or that bulkinfer does not run, before the model loads."""
+    from bulkinfer.models.lora.adapter import AdapterError, load_adapter  # torch: only a run that computes
+
+    for name, path in config.lora.items():
+        try:
+            load_adapter(path, config.engine.max_lora_rank)
+        except AdapterError as exc:
+            raise UsageError(f"--lora {name}: {exc}") from None
+
+
+def check_adapters_fit(llm: LLM, config: JobConfig) -> None:
+    """UsageError for an adapter whose projections do not fit the model, once the model has loaded."""
+    for name, lora in job_adapters(config).items():
+        refusal = llm.loras.refusal(lora)
+        if refusal:
+            raise UsageError(f"--lora {name}: {refusal}")
+
+
+class RowAdapters:
+    """Each row's adapter (None: the base model)."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.column = config.param_columns.get(LORA_PARAM)
+        self.adapters = job_adapters(config)
+
+    def for_row(self, values: dict[str, Any]) -> LoRARequest | None:
+        """Raises ValueError, the row's error, when the row names no adapter of the job."""
+        name = None if self.column is None else values.get(self.column)
+        if name is None or name == BASE_MODEL:
+            return None
+        if name not in self.adapters:
+            known = ", ".join([BASE_MODEL, *self.adapters])
+            raise ValueError(f"column {self.column!r} ({LORA_PARAM}) names no adapter of this job: {name!r}; "
+                             f"it has {known}")
+        return self.adapters[name]
