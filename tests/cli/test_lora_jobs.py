@@ -41,7 +41,7 @@ def test_each_row_runs_through_the_adapter_it_names(capsys, tmp_path, tiny_llama
                      "--lora", f"poem={adapters['poem']}", "--param-column", "lora=adapter")
     assert code == 0, err
     results = exported(capsys, tmp_path / "out")
-    assert "names no adapter of this job: 'nonesuch'" in results[-1]["error"]
+    assert "'nonesuch' is neither the model nor one of the job's adapters (base, poem, sql)" in results[-1]["error"]
     # The job's ids are the names' order: poem 1, sql 2.
     loras = {"sql": LoRARequest("sql", 2, str(adapters["sql"])), "poem": LoRARequest("poem", 1, str(adapters["poem"]))}
     llm = LLM(str(tiny_llama), enable_lora=True)
@@ -75,3 +75,26 @@ def test_a_job_whose_adapters_cannot_run_is_refused_in_one_line(capsys, tmp_path
     code, err = _run(capsys, tmp_path, tiny_llama, [{"prompt": "x", "adapter": "sql"}], *flags)
     assert message in one_line_error(code, err)
     assert not (tmp_path / "out" / "job.json").exists()
+
+
+def test_an_openai_batch_lines_body_model_chooses_its_adapter(capsys, tmp_path, tiny_llama, adapters):
+    """body.model: an adapter's name, the base model's own name, or anything else (that line's error)."""
+    models = ["sql", tiny_llama.name, "sql", "gpt-4o-mini"]
+    lines = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+              "body": {"model": model, "prompt": PROMPTS[i], "max_tokens": 6, "temperature": 0, "ignore_eos": True}}
+             for i, model in enumerate(models)]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, _, err = invoke(capsys, "run-batch", "-i", batch, "-o", tmp_path / "out.jsonl", "--model", tiny_llama,
+                          "--lora", f"sql={adapters['sql']}")
+    assert code == 0, err
+    answers = {line["custom_id"]: line["response"]["body"] for line in
+               map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    failures = [json.loads(line) for line in (tmp_path / "out.errors.jsonl").read_text().splitlines()]
+    assert [line["custom_id"] for line in failures] == ["r3"]
+    assert "'gpt-4o-mini' is neither the model nor one of" in failures[0]["response"]["body"]["error"]["message"]
+    llm = LLM(str(tiny_llama), enable_lora=True)
+    sql = LoRARequest("sql", 1, str(adapters["sql"]))
+    expected = llm.generate(PROMPTS[:3], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+                            use_tqdm=False, lora_request=[sql, None, sql])
+    assert [answers[f"r{i}"]["choices"][0]["text"] for i in range(3)] == [o.outputs[0].text for o in expected]

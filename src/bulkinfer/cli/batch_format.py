@@ -42,5 +42,5 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
         convert_batch_file(batch_file, table, tokenizer)
     except OSError as exc:
         raise UsageError(f"{table}: cannot write the request table in --output ({exc.strerror})") from None
-    return {**settings, **job_settings(table)}
+    return {**settings, **job_settings(table, adapters=bool(settings.get("lora")))}
 

@@ -58,10 +58,12 @@ def convert_batch_file(batch_file: Path, table: Path, tokenizer: Any) -> int:
     return rows
 
 
-def job_settings(table: Path) -> dict[str, Any]:
-    """The settings that make a job read the request table: its prompts and each body's sampling."""
+def job_settings(table: Path, adapters: bool = False) -> dict[str, Any]:
+    """The settings that make a job read the request table: its prompts and each body's sampling; with LoRA
+    adapters, body.model chooses a line's adapter (or the base model, by its own name)."""
+    columns = {s.name: f"body_{s.field}" for s in PER_ROW}
     return {"input": [str(table)], "input_format": "jsonl", "prompt_column": "prompt", "messages_column": None,
-            "param_columns": {s.name: f"body_{s.field}" for s in PER_ROW}}
+            "param_columns": {**columns, **({"lora": "body_model"} if adapters else {})}}
 
 
 def _rendered(row: dict[str, Any], chat_template: Callable[[], ChatTemplate], tokenizer: Any) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """A job's LoRA adapters: the ones it names (``lora = {NAME = PATH}``) and which of them each row chooses
-in its lora param column (an adapter's name, or ``base`` for the base model; a null value is base)."""
+in its lora param column: an adapter's name, or the base model as ``base``, null, or the model's own name
+(as given, its directory's name or its full path; an OpenAI batch line's body.model names it so)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bulkinfer.engine.lora.request import LoRARequest
@@ -43,14 +45,16 @@ class RowAdapters:
     def __init__(self, config: JobConfig) -> None:
         self.column = config.param_columns.get(LORA_PARAM)
         self.adapters = job_adapters(config)
+        model = Path(config.model).expanduser()
+        self.base_names = {BASE_MODEL, config.model, model.name, str(model.resolve())}
 
     def for_row(self, values: dict[str, Any]) -> LoRARequest | None:
         """Raises ValueError, the row's error, when the row names no adapter of the job."""
         name = None if self.column is None else values.get(self.column)
-        if name is None or name == BASE_MODEL:
+        if name is None or name in self.base_names:
             return None
         if name not in self.adapters:
             known = ", ".join([BASE_MODEL, *self.adapters])
-            raise ValueError(f"column {self.column!r} ({LORA_PARAM}) names no adapter of this job: {name!r}; "
-                             f"it has {known}")
+            raise ValueError(f"column {self.column!r} ({LORA_PARAM}): {name!r} is neither the model nor one of the "
+                             f"job's adapters ({known})")
         return self.adapters[name]
