@@ -121,3 +121,8 @@ def test_loglikelihood_under_an_adapter_is_the_merged_models(tiny_llama, adapter
         logits = references[adapters[1].lora_name](torch.tensor([context + continuation])).logits[0]
     expected = logits[len(context) - 1:-1].log_softmax(-1).gather(1, torch.tensor(continuation)[:, None]).sum()
     assert score.logprob == pytest.approx(float(expected), abs=1e-3)
+
+
+def test_adapters_on_the_transformers_path_are_refused_in_one_line(tiny_llama):
+    with pytest.raises(ValueError, match=r"LoRA adapters \(enable_lora\) needs bulkinfer's native code"):
+        LLM(str(tiny_llama), enable_lora=True, model_impl="transformers")
