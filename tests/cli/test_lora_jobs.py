@@ -65,6 +65,7 @@ def test_a_changed_adapter_is_a_different_job(capsys, tmp_path, tiny_llama, adap
     (["--lora", "sql=ADAPTER"], "add --param-column lora=COLUMN"),
     (["--param-column", "lora=adapter"], "give them with --lora NAME=PATH"),
     (["--lora", "base=ADAPTER", "--param-column", "lora=adapter"], "means the base model"),
+    (["--lora", "sql=ADAPTER", "--param-column", "lora=adapter", "--task", "embed"], "takes no LoRA adapters"),
     (["--lora", "sql=ADAPTER", "--param-column", "lora=adapter", "--max-lora-rank", "2"], "above max_lora_rank"),
     (["--lora", "sql=ADAPTER", "--param-column", "lora=adapter", "--tensor-parallel-size", "2"],
      "without tensor parallelism"),
@@ -98,3 +99,18 @@ def test_an_openai_batch_lines_body_model_chooses_its_adapter(capsys, tmp_path, 
     expected = llm.generate(PROMPTS[:3], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                             use_tqdm=False, lora_request=[sql, None, sql])
     assert [answers[f"r{i}"]["choices"][0]["text"] for i in range(3)] == [o.outputs[0].text for o in expected]
+
+
+def test_a_score_job_scores_each_row_under_its_adapter(capsys, tmp_path, tiny_llama, adapters):
+    rows = [{"context": "the cat", "continuation": " sat on the mat", "adapter": a} for a in ("sql", "base")]
+    code, _, err = invoke(capsys, "run", "--model", tiny_llama, "--input", _input(tmp_path, rows), "--output",
+                          tmp_path / "out", "--task", "score", "--lora", f"sql={adapters['sql']}",
+                          "--param-column", "lora=adapter")
+    assert code == 0, err
+    results = exported(capsys, tmp_path / "out")
+    llm = LLM(str(tiny_llama), enable_lora=True)
+    pair = [("the cat", " sat on the mat")]
+    sql = llm.loglikelihood(pair, lora_request=LoRARequest("sql", 1, str(adapters["sql"])))[0].logprob
+    base = llm.loglikelihood(pair)[0].logprob
+    assert results[0]["logprob"] == pytest.approx(sql, abs=1e-4)
+    assert results[1]["logprob"] == pytest.approx(base, abs=1e-4) and abs(sql - base) > 1e-2

@@ -201,6 +201,8 @@ class JobConfig:
         if LORA_PARAM not in self.param_columns:
             raise UsageError("--lora adapters are chosen per row: add --param-column lora=COLUMN (a column naming "
                              f"an adapter, or {BASE_MODEL} for the base model)")
+        if self.task in POOLING_TASK_NAMES:
+            raise UsageError(f"task {self.task} takes no LoRA adapters; generate, score and choice do")
         if BASE_MODEL in self.lora:
             raise UsageError(f"lora: {BASE_MODEL!r} means the base model; give the adapter another name")
         self.lora = {name: os.path.expanduser(path) for name, path in self.lora.items()}

@@ -18,25 +18,26 @@ from bulkinfer.models.lora.adapter import AdapterError, LoRAAdapter
 class LoRAStacks:
     def __init__(self, model: CausalLM, max_loras: int, max_rank: int):
         self.batch = LoRABatch()
-        self.max_loras = max_loras
+        self.max_loras, self.max_rank = max_loras, max_rank
         self.targets: dict[tuple[int, str], LoRATarget] = {}  # (layer, projection) -> its slots
         weight = model.model.embed_tokens.weight
+        self.dtype, self.device = weight.dtype, weight.device
         for index, layer in enumerate(model.model.layers):
-            wrap = lambda base, parts: self._wrap(index, base, parts, max_rank, weight.dtype, weight.device)
             attn = layer.self_attn
             q, kv = attn.q_size, attn.kv_size
-            attn.qkv_proj = wrap(attn.qkv_proj, {"q_proj": (0, q), "k_proj": (q, kv), "v_proj": (q + kv, kv)})
-            attn.o_proj = wrap(attn.o_proj, {"o_proj": (0, attn.o_proj.out_features)})
+            attn.qkv_proj = self._wrap(index, attn.qkv_proj,
+                                       {"q_proj": (0, q), "k_proj": (q, kv), "v_proj": (q + kv, kv)})
+            attn.o_proj = self._wrap(index, attn.o_proj, {"o_proj": (0, attn.o_proj.out_features)})
             if isinstance(layer.mlp, MLP):  # a sparse MoE block's experts take no adapter
                 mlp = layer.mlp
                 half = mlp.gate_up_proj.out_features // 2
-                mlp.gate_up_proj = wrap(mlp.gate_up_proj, {"gate_proj": (0, half), "up_proj": (half, half)})
-                mlp.down_proj = wrap(mlp.down_proj, {"down_proj": (0, mlp.down_proj.out_features)})
+                mlp.gate_up_proj = self._wrap(index, mlp.gate_up_proj, {"gate_proj": (0, half), "up_proj": (half, half)})
+                mlp.down_proj = self._wrap(index, mlp.down_proj, {"down_proj": (0, mlp.down_proj.out_features)})
 
-    def _wrap(self, layer: int, base: torch.nn.Module, parts: dict[str, tuple[int, int]], max_rank: int,
-              dtype: torch.dtype, device: torch.device) -> LoRALinear:
-        """``base`` with a target per (projection: (first output column, columns)) in ``parts``."""
-        targets = {name: LoRATarget(base.in_features, start, size, self.max_loras, max_rank, dtype, device)
+    def _wrap(self, layer: int, base: torch.nn.Module, parts: dict[str, tuple[int, int]]) -> LoRALinear:
+        """``base`` with a target per projection in ``parts`` (name: (its first output column, its columns))."""
+        targets = {name: LoRATarget(base.in_features, start, size, self.max_loras, self.max_rank, self.dtype,
+                                    self.device)
                    for name, (start, size) in parts.items()}
         self.targets.update({(layer, name): target for name, target in targets.items()})
         return LoRALinear(base, targets, self.batch)
