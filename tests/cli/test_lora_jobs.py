@@ -51,13 +51,17 @@ def test_each_row_runs_through_the_adapter_it_names(capsys, tmp_path, tiny_llama
     assert len({row["generated_text"] for row in results[:3]}) == 3
 
 
-def test_a_changed_adapter_is_a_different_job(capsys, tmp_path, tiny_llama, adapters):
-    rows = [{"prompt": "the cat", "adapter": "sql"}]
-    assert _run(capsys, tmp_path, tiny_llama, rows, "--lora", f"sql={adapters['sql']}",
-                "--param-column", "lora=adapter")[0] == 0
-    code, err = _run(capsys, tmp_path, tiny_llama, rows, "--lora", f"sql={adapters['poem']}",
-                     "--param-column", "lora=adapter")
-    assert "lora" in one_line_error(code, err)
+def test_a_job_files_lora_table_is_the_flags_and_a_changed_adapter_is_a_different_job(capsys, tmp_path, tiny_llama,
+                                                                                     adapters):
+    job = tmp_path / "job.toml"
+    job.write_text(f'lora = {{ sql = "{adapters["sql"]}" }}\nparam_columns = {{ lora = "adapter" }}\n')
+    data = _input(tmp_path, [{"prompt": "the cat", "adapter": "sql"}])
+    run = ("run", "--model", tiny_llama, "--input", data, "--output", tmp_path / "out", "--max-tokens", "6")
+    assert invoke(capsys, *run, job)[0] == 0
+    # The same adapter by flags is the same job: it resumes (nothing left to do).
+    assert invoke(capsys, *run, "--lora", f"sql={adapters['sql']}", "--param-column", "lora=adapter")[0] == 0
+    code, _, err = invoke(capsys, *run, "--lora", f"sql={adapters['poem']}", "--param-column", "lora=adapter")
+    assert "lora" in one_line_error(code, err) and "input" not in err
 
 
 @pytest.mark.parametrize("flags, message", [
