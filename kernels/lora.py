@@ -6,7 +6,6 @@ the base model (slot -1) take no part.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 

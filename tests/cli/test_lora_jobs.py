@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import exported, invoke, one_line_error
+from lora_adapters import make_adapter
 
 from bulkinfer import LLM, LoRARequest, SamplingParams
-from lora_adapters import make_adapter
 
 PROMPTS = ["the cat sat on", "one two three", "a b c d e", "lorem ipsum", "hello there", "zero"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lora_adapters import make_adapter, merged_model
 
 from bulkinfer import LLM, LoRARequest, SamplingParams
-from lora_adapters import PROJECTIONS, make_adapter, merged_model
 
 MAX_TOKENS = 6
 
@@ -126,3 +126,21 @@ def test_loglikelihood_under_an_adapter_is_the_merged_models(tiny_llama, adapter
 def test_adapters_on_the_transformers_path_are_refused_in_one_line(tiny_llama):
     with pytest.raises(ValueError, match=r"LoRA adapters \(enable_lora\) needs bulkinfer's native code"):
         LLM(str(tiny_llama), enable_lora=True, model_impl="transformers")
+
+
+def test_a_request_whose_adapter_finds_no_free_slot_waits_for_one(tiny_llama, adapters, references):
+    """One slot, two adapters: no step ever runs both, and every request finishes with its adapter's tokens."""
+    llm = LLM(str(tiny_llama), enable_lora=True, max_loras=1, max_model_len=128)
+    steps = []
+    execute = llm.runner.execute
+
+    def recording(batch):
+        steps.append({seq.lora.lora_int_id for seq in batch.seqs if seq.lora is not None})
+        return execute(batch)
+
+    llm.runner.execute = recording
+    prompt_ids = prompts(6, 9)
+    loras = [adapters[0], adapters[1], None] * 2
+    check_outputs(references, prompt_ids, loras, generate(llm, prompt_ids, loras))
+    assert all(len(adapters_run) <= 1 for adapters_run in steps)
+    assert {1, 2} <= set().union(*steps)

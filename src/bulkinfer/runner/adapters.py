@@ -22,7 +22,8 @@ def job_adapters(config: JobConfig) -> dict[str, LoRARequest]:
 
 def check_adapter_files(config: JobConfig) -> None:
     """UsageError for an adapter that cannot be read or that bulkinfer does not run, before the model loads."""
-    from bulkinfer.models.lora.adapter import AdapterError, load_adapter  # torch: only a run that computes
+    # torch comes with it: only a run that computes pays for it
+    from bulkinfer.models.lora.adapter import AdapterError, load_adapter
 
     for name, path in config.lora.items():
         try:

@@ -31,7 +31,8 @@ class LoRAStacks:
             if isinstance(layer.mlp, MLP):  # a sparse MoE block's experts take no adapter
                 mlp = layer.mlp
                 half = mlp.gate_up_proj.out_features // 2
-                mlp.gate_up_proj = self._wrap(index, mlp.gate_up_proj, {"gate_proj": (0, half), "up_proj": (half, half)})
+                mlp.gate_up_proj = self._wrap(index, mlp.gate_up_proj,
+                                              {"gate_proj": (0, half), "up_proj": (half, half)})
                 mlp.down_proj = self._wrap(index, mlp.down_proj, {"down_proj": (0, mlp.down_proj.out_features)})
 
     def _wrap(self, layer: int, base: torch.nn.Module, parts: dict[str, tuple[int, int]]) -> LoRALinear:
