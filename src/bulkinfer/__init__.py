@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bulkinfer.engine.lora.request import LoRARequest
 from bulkinfer.outputs import (
     ClassificationRequestOutput, CompletionOutput, EmbeddingRequestOutput, Logprob, PoolingRequestOutput, RequestOutput,
     ScoringRequestOutput,
@@ -18,7 +19,7 @@ from bulkinfer.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from bulkinfer.engine.llm import LLM
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "PoolingParams",
+__all__ = ["LLM", "LoRARequest", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "PoolingParams",
            "PoolingRequestOutput", "EmbeddingRequestOutput", "ClassificationRequestOutput", "ScoringRequestOutput"]
 __version__ = "0.1.0"
 

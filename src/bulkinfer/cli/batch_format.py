@@ -42,5 +42,5 @@ def batch_job_settings(settings: dict[str, Any]) -> dict[str, Any]:
         task = convert_batch_file(batch_file, table, tokenizer)
     except OSError as exc:
         raise UsageError(f"{table}: cannot write the request table in --output ({exc.strerror})") from None
-    return {**settings, **job_settings(table, task)}
+    return {**settings, **job_settings(table, task, adapters=bool(settings.get("lora")))}
 

@@ -87,8 +87,10 @@ def _option(setting: Setting) -> Any:
 def _metavar(setting: Setting) -> str:
     if setting.choices:
         return "[" + "|".join(setting.choices) + "]"
-    if setting.is_dict:  # param_columns names columns; a typed mapping (logit_bias) takes values
-        return "PARAM=COLUMN" if setting.kinds[0] == dict[str, str] else "KEY=VALUE"
+    if setting.is_dict:  # param_columns names columns, lora paths; a typed mapping (logit_bias) takes values
+        if setting.kinds[0] != dict[str, str]:
+            return "KEY=VALUE"
+        return "NAME=PATH" if setting.is_path else "PARAM=COLUMN"
     return _METAVARS.get(setting.item_type, "TEXT")
 
 

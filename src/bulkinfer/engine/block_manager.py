@@ -1,7 +1,8 @@
 """Owns the KV-cache blocks: who holds which, and the prefix cache that lets sequences share them.
 
 A full block is identified by the hash of its parent block's hash and its own token ids, so two
-sequences with the same prefix reach the same chain of hashes. Freed blocks keep their contents
+sequences with the same prefix reach the same chain of hashes. A sequence's LoRA adapter starts its
+chain, so the same prefix under another adapter (or none) never shares a block. Freed blocks keep their contents
 and stay findable until they are reused, least recently freed first.
 
 A block's hash is registered when the scheduler hands out the step that fills it. That is safe
@@ -95,7 +96,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         servable = seq.max_cached_tokens
-        hits, parent = [], None
+        hits, parent = [], seq.cache_salt
         for start in range(0, servable - self.block_size + 1, self.block_size):
             tokens = tuple(seq.token_ids[start:start + self.block_size])
             parent = hash((parent, tokens))
@@ -109,7 +110,7 @@ class BlockManager:
         hashes = seq.block_hashes
         for index in range(len(hashes), num_tokens // self.block_size):
             tokens = tuple(seq.token_ids[index * self.block_size:(index + 1) * self.block_size])
-            block_hash = hash((hashes[-1] if hashes else None, tokens))
+            block_hash = hash((hashes[-1] if hashes else seq.cache_salt, tokens))
             hashes.append(block_hash)
             block = self.blocks[seq.block_table[index]]
             if block_hash not in self.cached:

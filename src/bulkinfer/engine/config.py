@@ -91,6 +91,14 @@ class EngineConfig:
               "(vLLM's name; default: none, and score compares embeddings).", panel="Model")
     rerank_template: str = setting(QWEN3_RERANK_TEMPLATE, "A reranker's prompt, with {query} and {document} in "
                                    "it (default: Qwen3-Reranker's, from its model card).", panel="Model")
+    enable_lora: bool = setting(False, "Serve LoRA adapters chosen per request (a job's lora setting turns it on). "
+                                       "See docs/lora.md.", panel="Model")
+    max_loras: int = setting(4, "LoRA adapters held on the device at once (slots); a request whose adapter "
+                                "finds no free slot waits for one.", panel="Model")
+    max_lora_rank: int = setting(64, "Highest LoRA rank an adapter may have (every slot is this wide).",
+                                 panel="Model")
+    max_cpu_loras: int | None = setting(None, "LoRA adapters kept in host memory once read, for refilling slots "
+                                              "(default: max_loras).", panel="Model")
     seed: int = setting(0, "Seed of the sampler's stream for requests without a seed of their own.",
                         name="engine_seed", panel="Sampling")
 
@@ -103,7 +111,7 @@ class EngineConfig:
         if not _DEVICE.fullmatch(str(self.device)):
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         for name in ("max_model_len", "max_num_seqs", "max_n", "max_num_batched_tokens", "num_kv_blocks", "block_size",
-                     "tensor_parallel_size"):
+                     "tensor_parallel_size", "max_loras", "max_lora_rank", "max_cpu_loras"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -116,5 +124,8 @@ class EngineConfig:
                              f"got {self.classifier_from_token!r}")
         if "{query}" not in self.rerank_template or "{document}" not in self.rerank_template:
             raise ValueError("rerank_template must contain {query} and {document}")
+        if self.enable_lora and self.tensor_parallel_size > 1:
+            raise ValueError("LoRA adapters run without tensor parallelism: use tensor_parallel_size 1 with "
+                             "enable_lora (or a job's lora setting)")
         if self.kv_cache_memory_gb <= 0:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")

@@ -18,6 +18,8 @@ from bulkinfer.engine.detokenizer import Detokenizer
 from bulkinfer.engine.grammar import GrammarCache
 from bulkinfer.engine.grammar_masks import GrammarMasks
 from bulkinfer.engine.logit_rules import bad_word_ids
+from bulkinfer.engine.lora.request import LoRARequest
+from bulkinfer.engine.lora.slots import LoRASlots
 from bulkinfer.engine.model_runner import ModelRunner
 from bulkinfer.engine.pooling import batch as pooling_batch
 from bulkinfer.engine.pooling.pair_prompt import pair_prompt_ids
@@ -64,7 +66,10 @@ class LLM:
         self.runner = ModelRunner(self.config, model_config, path)
         self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
                                           engine_options.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens)
+        self.loras = None if self.runner.lora is None else LoRASlots(
+            self.runner.lora, engine_options.max_lora_rank, engine_options.max_cpu_loras or engine_options.max_loras)
+        self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens,
+                                   self.loras)
         self.detokenizer = Detokenizer(self.tokenizer)
         eos_ids = eos_token_ids(path, hf_config, self.tokenizer)
         self.sampler = Sampler(engine_options.seed, self.config.device, eos_ids)
@@ -107,18 +112,21 @@ class LLM:
 
     # ---- streaming interface -------------------------------------------------------------
 
-    def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None) -> None:
-        """Queue a request; its output comes back from a later step() once all its samples finish."""
-        self._add(request_id, *self._encoded(prompt), params or SamplingParams())
+    def add_request(self, request_id: Hashable, prompt: Prompt, params: SamplingParams | None = None,
+                    lora_request: LoRARequest | None = None) -> None:
+        """Queue a request; its output comes back from a later step() once all its samples finish. With
+        ``lora_request``, through that LoRA adapter (the engine needs ``enable_lora=True``)."""
+        self._add(request_id, *self._encoded(prompt), params or SamplingParams(), lora=lora_request)
 
-    def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None:
+    def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int,
+                            lora_request: LoRARequest | None = None) -> None:
         """Queue a prefill-only request that records the log-probability of every token from
         position ``score_from`` on (in ``prompt_logprobs``) and generates nothing. The last token
         is only predicted, never fed in: a text of max_model_len + 1 tokens fits."""
         if not 1 <= score_from < len(token_ids):
             raise ValueError(f"score_from must be in [1, {len(token_ids) - 1}], got {score_from}")
         self._add(request_id, None, list(token_ids), SamplingParams(max_tokens=1, prompt_logprobs=0),
-                  score_from=score_from, scored_ids=list(token_ids))
+                  lora=lora_request, score_from=score_from, scored_ids=list(token_ids))
 
     def add_pooling_request(self, request_id: Hashable, prompt_token_ids: list[int], task: str,
                             params: PoolingParams | None = None) -> None:
@@ -141,7 +149,7 @@ class LLM:
         self.step_outputs.admit(request, None)
 
     def _add(self, request_id: Hashable, text: str | None, token_ids: list[int], params: SamplingParams,
-             **scoring) -> None:
+             lora: LoRARequest | None = None, **scoring) -> None:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         token_ids = params.kept_prompt(token_ids, self.max_model_len)
@@ -151,11 +159,13 @@ class LLM:
         request.error = (self._generation_refusal()
                          or params_refusal(params, self.model_config.vocab_size, self.config.options.max_n,
                                            reasons=self.reasoning is not None)
-                         or self._refusal(token_ids, len(prompt_ids), max_tokens) or self._constrain(request))
+                         or self._refusal(token_ids, len(prompt_ids), max_tokens) or self._constrain(request)
+                         or self._lora_refusal(lora))
         if request.error:
             self.step_outputs.refuse(request)
             return
-        request.seqs = [self._new_sequence(request, prompt_ids, index, **scoring) for index in range(params.n)]
+        request.seqs = [self._new_sequence(request, prompt_ids, index, lora=lora, **scoring)
+                        for index in range(params.n)]
         banned_spellings = bad_word_ids(self.tokenizer, params.bad_words)  # tokenized once for the n samples
         for seq in request.seqs:
             seq.bad_word_ids = banned_spellings
@@ -202,22 +212,26 @@ class LLM:
 
     def generate(self, prompts: Prompt | SequenceOf[Prompt],
                  sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
-                 use_tqdm: bool = True) -> list[RequestOutput]:
-        """Outputs in input order. A prompt that cannot run gets an output with ``error`` set."""
-        return self._run_all([self._encoded(prompt) for prompt in _prompt_list(prompts)], sampling_params, use_tqdm)
+                 use_tqdm: bool = True,
+                 lora_request: LoRARequest | SequenceOf[LoRARequest | None] | None = None) -> list[RequestOutput]:
+        """Outputs in input order. A prompt that cannot run gets an output with ``error`` set. ``lora_request``:
+        one LoRA adapter for every prompt, or one per prompt (None: the base model)."""
+        return self._run_all([self._encoded(prompt) for prompt in _prompt_list(prompts)], sampling_params, use_tqdm,
+                             lora_request)
 
     def chat(self, messages: SequenceOf[Message] | SequenceOf[SequenceOf[Message]],
              sampling_params: SamplingParams | SequenceOf[SamplingParams] | None = None,
              use_tqdm: bool = True, chat_template: str | None = None, chat_template_content_format: str = "auto",
              add_generation_prompt: bool = True, continue_final_message: bool = False,
              tools: list[dict[str, Any]] | None = None,
-             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+             chat_template_kwargs: dict[str, Any] | None = None,
+             lora_request: LoRARequest | SequenceOf[LoRARequest | None] | None = None) -> list[RequestOutput]:
         """vLLM's ``LLM.chat``: one conversation (a list of {role, content} messages) or a list of them, each
         rendered with the model's chat template (or ``chat_template``, a template's text) and generated from
         as ``generate`` does. ``tools`` (OpenAI tool definitions) are rendered by the template and the calls
         read into each output's ``tool_calls``, as when the sampling params carry them; ``chat_template_kwargs``
-        are more variables for the template ({"enable_thinking": False}). A conversation the template cannot
-        render raises ValueError."""
+        are more variables for the template ({"enable_thinking": False}). ``lora_request`` as in ``generate``.
+        A conversation the template cannot render raises ValueError."""
         conversations = conversations_of(messages)
         params = _with_tools(sampling_params or SamplingParams(), tools, len(conversations))
         template = ChatTemplate(self.tokenizer, chat_template)
@@ -229,7 +243,7 @@ class LLM:
                                        template_kwargs=chat_template_kwargs)
         # The template writes the special tokens (BOS) itself.
         encoded = [self._encoded(prompt, add_special_tokens=False) for prompt in prompts]
-        return self._run_all(encoded, params, use_tqdm)
+        return self._run_all(encoded, params, use_tqdm, lora_request)
 
     def _encoded(self, prompt: Prompt, add_special_tokens: bool = True) -> tuple[str | None, list[int]]:
         if isinstance(prompt, dict):
@@ -242,17 +256,19 @@ class LLM:
 
     def _run_all(self, prompts: list[tuple[str | None, list[int]]],
                  sampling_params: SamplingParams | SequenceOf[SamplingParams] | None,
-                 use_tqdm: bool) -> list[RequestOutput]:
+                 use_tqdm: bool, lora_request: LoRARequest | SequenceOf[LoRARequest | None] | None = None,
+                 ) -> list[RequestOutput]:
         """Each (text, token ids) run to the end; outputs in input order."""
         params = sampling_params or SamplingParams()
         params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
+        loras = _per_prompt(lora_request, len(prompts))
         positions = {}
-        for index, ((text, token_ids), p) in enumerate(zip(prompts, params)):
+        for index, ((text, token_ids), p, lora) in enumerate(zip(prompts, params, loras)):
             request_id = f"generate-{next(self._generate_ids)}"
             positions[request_id] = index
-            self._add(request_id, text, token_ids, p)
+            self._add(request_id, text, token_ids, p, lora=lora)
         results: list[RequestOutput | None] = [None] * len(prompts)
         remaining = len(prompts)
         with tqdm(total=len(prompts), desc="requests", disable=not use_tqdm) as bar:
@@ -265,18 +281,21 @@ class LLM:
 
     # ---- scoring -------------------------------------------------------------------------
 
-    def loglikelihood(self, requests: list[tuple[str, str]], use_tqdm: bool = False) -> list[Loglikelihood]:
+    def loglikelihood(self, requests: list[tuple[str, str]], use_tqdm: bool = False,
+                      lora_request: LoRARequest | None = None) -> list[Loglikelihood]:
         """For each (context, continuation): the continuation's summed log-probability and whether
-        it is the greedy continuation, tokenized as lm-evaluation-harness's hf backend does."""
-        return scoring.loglikelihood(self, requests, use_tqdm)
+        it is the greedy continuation, tokenized as lm-evaluation-harness's hf backend does; with
+        ``lora_request``, under that adapter."""
+        return scoring.loglikelihood(self, requests, use_tqdm, lora_request)
 
-    def loglikelihood_tokens(self, requests: list[tuple[list[int], list[int]]],
-                             use_tqdm: bool = False) -> list[Loglikelihood]:
-        return scoring.score_tokens(self, requests, use_tqdm)
+    def loglikelihood_tokens(self, requests: list[tuple[list[int], list[int]]], use_tqdm: bool = False,
+                             lora_request: LoRARequest | None = None) -> list[Loglikelihood]:
+        return scoring.score_tokens(self, requests, use_tqdm, lora_request)
 
-    def loglikelihood_rolling(self, texts: list[str], use_tqdm: bool = False) -> list[float]:
+    def loglikelihood_rolling(self, texts: list[str], use_tqdm: bool = False,
+                              lora_request: LoRARequest | None = None) -> list[float]:
         """Each text's total log-likelihood over windows of max_model_len, every token scored once."""
-        return scoring.loglikelihood_rolling(self, texts, use_tqdm)
+        return scoring.loglikelihood_rolling(self, texts, use_tqdm, lora_request)
 
     # ---- pooling -------------------------------------------------------------------------
 
@@ -335,6 +354,13 @@ class LLM:
                     f"{self.block_manager.num_blocks}; raise num_kv_blocks or the memory budget")
         return None
 
+    def _lora_refusal(self, lora: LoRARequest | None) -> str | None:
+        if lora is None:
+            return None
+        if self.loras is None:
+            return f"LoRA adapter {lora.lora_name!r} asked for, but the engine was started without enable_lora=True"
+        return self.loras.refusal(lora)
+
     def _constrain(self, request: Request) -> str | None:
         """Sets the grammar the request's output must follow; returns why it cannot have one, if it cannot."""
         try:
@@ -343,13 +369,13 @@ class LLM:
             return str(exc)
         return None
 
-    def _new_sequence(self, request: Request, prompt_ids: list[int], index: int, **scoring) -> Sequence:
+    def _new_sequence(self, request: Request, prompt_ids: list[int], index: int, **extra) -> Sequence:
         generator = None
         if request.params.seed is not None:
             # Each of the n samples gets its own stream, fixed by the seed and its index.
             generator = torch.Generator(device=self.config.device)
             generator.manual_seed(hash((request.params.seed, index)) if index else request.params.seed)
-        return Sequence(request.request_id, index, prompt_ids, request.params, generator, **scoring)
+        return Sequence(request.request_id, index, prompt_ids, request.params, generator, **extra)
 
 
 
@@ -358,6 +384,16 @@ def _prompt_list(prompts: Prompt | SequenceOf[Prompt]) -> SequenceOf[Prompt]:
     if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
         return [prompts]
     return prompts
+
+
+def _per_prompt(lora_request: LoRARequest | SequenceOf[LoRARequest | None] | None,
+                count: int) -> list[LoRARequest | None]:
+    """One adapter (or None) per prompt, from one for all or a list of them."""
+    if lora_request is None or isinstance(lora_request, LoRARequest):
+        return [lora_request] * count
+    if len(lora_request) != count:
+        raise ValueError(f"got {len(lora_request)} LoRA requests for {count} prompts")
+    return list(lora_request)
 
 
 def _with_tools(params: SamplingParams | SequenceOf[SamplingParams], tools: list[dict[str, Any]] | None,

@@ -34,6 +34,7 @@ from bulkinfer.layers.parallel import TensorParallel
 from bulkinfer.models.config import ModelConfig
 from bulkinfer.models.llama import check_splits
 from bulkinfer.models.loader import load_model
+from bulkinfer.models.lora.stacks import LoRAStacks
 
 @dataclass
 class ModelOutput:
@@ -74,6 +75,8 @@ class ModelRunner:
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
         if config.options.deterministic:
             set_batch_invariant(self.model)
+        options = config.options
+        self.lora = LoRAStacks(self.model, options.max_loras, options.max_lora_rank) if options.enable_lora else None
         kv_shapes = self.model.kv_shapes()
         # Every rank holds its share of the heads: a token costs this much over all of them.
         self.kv_bytes_per_token = kv_bytes_per_token(kv_shapes, config.kv_cache_dtype) * self.tp.size
@@ -91,8 +94,9 @@ class ModelRunner:
         self.decode_graphs = None
         # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it. A
         # transformers model's Python code is not known to be capturable.
+        # A step's adapter slots are not part of a captured graph's inputs.
         if (self.device.type == "cuda" and self.ops.name == "triton" and not config.options.enforce_eager
-                and self.tp.size == 1 and model_config.implementation == "native"):
+                and self.tp.size == 1 and model_config.implementation == "native" and self.lora is None):
             max_blocks = -(-config.max_model_len // self.block_size)
             graphs = DecodeGraphs(self.model, min(config.options.max_num_seqs, 256), max_blocks,
                                   config.max_model_len, self.device, capture=True)
@@ -119,6 +123,8 @@ class ModelRunner:
         at most LOGIT_SLICE_ROWS rows (every rank slices alike: the LM head gathers across ranks), and
         its hidden states to ``pool`` on rank 0 when pooling requests run."""
         inputs = plan.to(self.device, self.staging)
+        if self.lora is not None:
+            self.lora.batch.token_slots = inputs.lora_slots
         if self.decode_graphs is not None and self.decode_graphs.fits(inputs.attn):
             hidden = self.decode_graphs.run(inputs.input_ids, inputs.positions, inputs.attn)
         else:

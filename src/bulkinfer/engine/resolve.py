@@ -44,9 +44,11 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
 
 
 def check_transformers_path(options: EngineConfig, model: ModelConfig) -> None:
-    """What only bulkinfer's own model code does: splitting a model over ranks, batch-invariant matmuls."""
+    """What only bulkinfer's own model code does: splitting a model over ranks, batch-invariant matmuls,
+    LoRA adapters."""
     for wanted, option in ((options.tensor_parallel_size > 1, "tensor_parallel_size > 1"),
-                           (options.deterministic, "deterministic=True")):
+                           (options.deterministic, "deterministic=True"),
+                           (options.enable_lora, "LoRA adapters (enable_lora)")):
         if wanted:
             raise ValueError(f"{option} needs bulkinfer's native code, and {model.architecture} runs through "
                              "transformers (model_impl='transformers')")

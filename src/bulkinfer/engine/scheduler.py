@@ -5,6 +5,8 @@ prompt is prefilled in chunks across steps (continuous batching with chunked pre
 sequences go first, oldest first; waiting ones join while budget, sequence slots and blocks last.
 When blocks run out, the newest running sequence is preempted: its blocks are freed and it is
 recomputed later, which keeps the oldest always moving, so the engine can neither crash nor stall.
+A sequence with a LoRA adapter joins only when its adapter has a slot; otherwise it waits for a running
+sequence to finish and free one (the running ones never wait for slots, so this cannot deadlock).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from bulkinfer.engine.block_manager import BlockManager
+from bulkinfer.engine.lora.slots import LoRASlots
 from bulkinfer.engine.sequence import Sequence, SequenceStatus
 
 
@@ -30,8 +33,10 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 loras: LoRASlots | None = None):
         self.block_manager = block_manager
+        self.loras = loras
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
@@ -52,7 +57,7 @@ class Scheduler:
     def finish(self, seqs: list[Sequence]) -> None:
         for seq in seqs:
             seq.status = SequenceStatus.FINISHED
-            self.block_manager.free(seq)
+            self._free(seq)
         self.running = [seq for seq in self.running if not seq.is_finished]
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
@@ -71,7 +76,7 @@ class Scheduler:
         """Preempt the newest running sequences until seq's tokens fit; False if seq itself went."""
         while not self.block_manager.can_allocate(seq, num_new):
             victim = self.running.pop()
-            self.block_manager.free(victim)
+            self._free(victim)
             victim.reset_for_recompute()
             self.waiting.appendleft(victim)
             self.num_preemptions += 1
@@ -82,11 +87,22 @@ class Scheduler:
     def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if self.loras is not None and not self.loras.acquire(seq):
+                break
             num_new = self.block_manager.admit(seq, budget)
             if num_new == 0:
+                self._release_adapter(seq)
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             batch.add(seq, num_new)
             budget -= num_new
+
+    def _free(self, seq: Sequence) -> None:
+        self.block_manager.free(seq)
+        self._release_adapter(seq)
+
+    def _release_adapter(self, seq: Sequence) -> None:
+        if self.loras is not None:
+            self.loras.release(seq)

@@ -34,13 +34,16 @@ class Engine(Protocol):
     @property
     def max_model_len(self) -> int: ...
 
-    def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int) -> None: ...
+    def add_scoring_request(self, request_id: Hashable, token_ids: list[int], score_from: int,
+                            lora_request: Any = None) -> None: ...
 
     def step(self) -> list[RequestOutput]: ...
 
 
-def score_tokens(llm: Engine, pairs: list[tuple[list[int], list[int]]], use_tqdm: bool = False) -> list[Loglikelihood]:
-    """Each (context, continuation) of token ids; a context that does not fit loses its oldest tokens."""
+def score_tokens(llm: Engine, pairs: list[tuple[list[int], list[int]]], use_tqdm: bool = False,
+                 lora_request: Any = None) -> list[Loglikelihood]:
+    """Each (context, continuation) of token ids; a context that does not fit loses its oldest tokens.
+    ``lora_request``: the LoRA adapter every pair is scored under (None: the base model)."""
     positions = {}
     # Longest first, as the harness orders them: the batch is widest at the start, and a shared
     # context is computed once by whichever request reaches it first, wherever the others stand.
@@ -51,7 +54,7 @@ def score_tokens(llm: Engine, pairs: list[tuple[list[int], list[int]]], use_tqdm
         tokens = (context + continuation)[-(llm.max_model_len + 1):]
         request_id = ("score", next(_scoring_ids))
         positions[request_id] = (index, len(tokens) - len(continuation))
-        llm.add_scoring_request(request_id, tokens, len(tokens) - len(continuation))
+        llm.add_scoring_request(request_id, tokens, len(tokens) - len(continuation), lora_request)
     results: list[Loglikelihood | None] = [None] * len(pairs)
     with tqdm(total=len(pairs), desc="scoring", disable=not use_tqdm) as bar:
         while positions:
@@ -112,13 +115,15 @@ def rolling_windows(tokens: list[int], prefix: int, max_len: int) -> list[tuple[
     return windows
 
 
-def loglikelihood(llm: Engine, pairs: list[tuple[str, str]], use_tqdm: bool = False) -> list[Loglikelihood]:
-    return score_tokens(llm, [encode_pair(llm.tokenizer, c, x) for c, x in pairs], use_tqdm)
+def loglikelihood(llm: Engine, pairs: list[tuple[str, str]], use_tqdm: bool = False,
+                  lora_request: Any = None) -> list[Loglikelihood]:
+    return score_tokens(llm, [encode_pair(llm.tokenizer, c, x) for c, x in pairs], use_tqdm, lora_request)
 
 
-def loglikelihood_rolling(llm: Engine, texts: list[str], use_tqdm: bool = False) -> list[float]:
+def loglikelihood_rolling(llm: Engine, texts: list[str], use_tqdm: bool = False,
+                          lora_request: Any = None) -> list[float]:
     prefix = prefix_token_id(llm.tokenizer)
     windows = [rolling_windows(encode_text(llm.tokenizer, text), prefix, llm.max_model_len)
                for text in texts]
-    scores = iter(score_tokens(llm, [w for text_windows in windows for w in text_windows], use_tqdm))
+    scores = iter(score_tokens(llm, [w for text_windows in windows for w in text_windows], use_tqdm, lora_request))
     return [sum(next(scores).logprob for _ in text_windows) for text_windows in windows]

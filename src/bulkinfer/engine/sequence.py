@@ -22,7 +22,7 @@ class SequenceStatus(enum.Enum):
 class Sequence:
     def __init__(self, request_id: Any, index: int, prompt_token_ids: list[int], params: SamplingParams,
                  generator: torch.Generator | None, score_from: int | None = None,
-                 scored_ids: list[int] | None = None, pooler: Any = None):
+                 scored_ids: list[int] | None = None, pooler: Any = None, lora: Any = None):
         self.request_id = request_id
         self.index = index  # which of the request's n samples this is
         self.prompt_token_ids = prompt_token_ids
@@ -51,6 +51,8 @@ class Sequence:
         self.scored_ids = prompt_token_ids if scored_ids is None else scored_ids
         self.pooler = pooler  # a pooling request's reader of its hidden states (engine/pooling/pooler.py)
         self.prefill_only = scored_ids is not None or pooler is not None  # done once the prompt is computed
+        self.lora = lora  # its adapter's LoRARequest (engine/lora/), None for the base model
+        self.lora_slot = -1  # the adapter's slot while it runs (engine/lora/slots.py)
         self.bad_word_ids: list[list[int]] = []  # token spellings of params.bad_words, see engine/logit_rules.py
         self.matcher: Any = None  # the grammar's state (an llguidance matcher) when the output is constrained
         # What it writes now; a model without a reasoning parser writes only an answer (engine/reasoning/).
@@ -86,6 +88,12 @@ class Sequence:
         if self.pooler is not None and self.pooler.reads_every_token:
             return 0
         return len(self) - 1 if self.score_from is None else min(len(self) - 1, self.score_from - 1)
+
+    @property
+    def cache_salt(self) -> int | None:
+        """What starts its prefix-cache hash chain: the adapter, so that blocks computed under one adapter
+        never serve another or the base model."""
+        return None if self.lora is None else self.lora.lora_int_id
 
     @property
     def is_finished(self) -> bool:

@@ -22,6 +22,7 @@ class StepInputs:
     positions: torch.Tensor  # [num_tokens]
     attn: AttentionMetadata
     logit_rows: torch.Tensor  # rows of the hidden states that need logits
+    lora_slots: torch.Tensor | None = None  # [num_tokens] int64: each token's adapter slot, -1 = base model
 
 
 @dataclass
@@ -33,6 +34,7 @@ class StepPlan:
     seq_lens: np.ndarray  # [num_seqs] int32
     block_tables: np.ndarray  # [num_seqs, max_blocks] int32
     logit_rows: np.ndarray  # [num_logits] int64: sampled rows first, then prompt-scoring rows
+    lora_slots: np.ndarray | None = None  # [num_tokens] int64, -1 = base model; None: no adapter this step
 
     def to(self, device: torch.device, staging: HostStaging | None = None) -> StepInputs:
         """Tensors on ``device``: through ``staging`` in one copy, else each array on its own
@@ -48,7 +50,8 @@ class StepPlan:
         attn = AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables,
                                  max_query_len=int(q_lens.max()), max_seq_len=int(self.seq_lens.max()),
                                  min_query_len=int(q_lens.min()))
-        return StepInputs(input_ids, positions, attn, logit_rows)
+        lora_slots = None if self.lora_slots is None else torch.from_numpy(self.lora_slots).to(device)
+        return StepInputs(input_ids, positions, attn, logit_rows, lora_slots)
 
 
 @dataclass
@@ -81,8 +84,17 @@ def plan_step(batch: ScheduledBatch, block_size: int) -> tuple[StepPlan, LogitRo
         seq_lens=np.array([end for _, end in chunks], dtype=np.int32),
         block_tables=tables,
         logit_rows=np.array(sample_rows + prompt_rows, dtype=np.int64),
+        lora_slots=_lora_slots(batch),
     )
     return plan, LogitRows([batch.seqs[i] for i in sampled], prompt_slices)
+
+
+def _lora_slots(batch: ScheduledBatch) -> np.ndarray | None:
+    """Each new token's adapter slot, built once per step for every LoRA layer; None when no sequence of the
+    batch has an adapter, so a base-model step runs no LoRA work at all."""
+    if all(seq.lora_slot < 0 for seq in batch.seqs):
+        return None
+    return np.repeat(np.array([seq.lora_slot for seq in batch.seqs], dtype=np.int64), batch.num_new_tokens)
 
 
 def sampled_rows(batch: ScheduledBatch) -> list[int]:

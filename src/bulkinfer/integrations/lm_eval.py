@@ -37,7 +37,7 @@ from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError  # no
 from bulkinfer.engine.llm import LLM  # noqa: E402
 from bulkinfer.engine.tokenizer import load_tokenizer  # noqa: E402
 from bulkinfer.integrations.lm_eval_settings import (  # noqa: E402
-    ModelArgsError, generation_defaults, llm_arguments, sampling_params)
+    ModelArgsError, generation_defaults, llm_arguments, lora_request, sampling_params)
 from bulkinfer.outputs import RequestOutput  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -52,13 +52,14 @@ class BulkinferLM(TemplateLM):
     from lm_eval's hf backend, ``max_length`` (= max_model_len), ``add_bos_token`` and
     ``prefix_token_id``; ``max_gen_toks``, the default generation length; ``keep_reasoning``: a
     thinking model's generate_until answers are its reasoning and answer together, as it wrote them
-    (default: the answer alone, which is what a task scores). ``batch_size`` and ``max_batch_size``,
+    (default: the answer alone, which is what a task scores); ``lora=NAME=PATH`` (or ``lora_path=PATH``):
+    a LoRA adapter (a PEFT directory) that every request goes through. ``batch_size`` and ``max_batch_size``,
     which lm_eval passes to every backend, are taken and not used: the engine forms its own batches."""
 
     def __init__(self, pretrained: str | None = None, max_length: int | None = None,
                  add_bos_token: bool | None = None, prefix_token_id: int | None = None,
-                 max_gen_toks: int | None = None, keep_reasoning: bool = False, batch_size: Any = None,
-                 max_batch_size: Any = None, **model_args: Any):
+                 max_gen_toks: int | None = None, keep_reasoning: bool = False, lora: str | None = None,
+                 lora_path: str | None = None, batch_size: Any = None, max_batch_size: Any = None, **model_args: Any):
         super().__init__()
         if not isinstance(keep_reasoning, bool):
             raise ModelArgsError(f"model_args keep_reasoning must be true or false, got {keep_reasoning!r}")
@@ -68,10 +69,14 @@ class BulkinferLM(TemplateLM):
         arguments = llm_arguments(pretrained, max_length, model_args)
         self.generation_defaults = generation_defaults(model_args, max_gen_toks)
         self.generation_defaults.setdefault("max_tokens", DEFAULT_MAX_GEN_TOKS)
+        self.lora = lora_request(lora, lora_path)
         try:
-            self.llm = LLM(**arguments)
+            self.llm = LLM(**arguments, **({"enable_lora": True} if self.lora else {}))
         except ValueError as exc:  # the engine's one-line refusals of a setting or a model
             raise ModelArgsError(str(exc)) from None
+        refusal = self.lora and self.llm.loras.refusal(self.lora)
+        if refusal:
+            raise ModelArgsError(f"model_args lora: {refusal}")
         self.tokenizer = _harness_tokenizer(self.llm, add_bos_token)
         self.add_bos_token = add_bos_token
         self.custom_prefix_token_id = prefix_token_id
@@ -126,7 +131,7 @@ class BulkinferLM(TemplateLM):
         """Each request is (cache key, context ids, continuation ids); too long a context loses
         its oldest tokens, as in hf."""
         scores = self.llm.loglikelihood_tokens([(context, continuation) for _, context, continuation in requests],
-                                               use_tqdm=not disable_tqdm)
+                                               use_tqdm=not disable_tqdm, lora_request=self.lora)
         answers = [(score.logprob, score.is_greedy) for score in scores]
         for (key, _, _), answer in zip(requests, answers):
             if key is not None:
@@ -157,7 +162,7 @@ class BulkinferLM(TemplateLM):
         contexts, all_kwargs = zip(*(request.args for request in requests)) if requests else ((), ())
         params = [sampling_params(kwargs, self.generation_defaults, eos_text) for kwargs in all_kwargs]
         prompts = [self._prompt_ids(context, p.max_tokens) for context, p in zip(contexts, params)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=not disable_tqdm)
+        outputs = self.llm.generate(prompts, params, use_tqdm=not disable_tqdm, lora_request=self.lora)
         texts = [_completion(output, p.stop, self.keep_reasoning) for output, p in zip(outputs, params)]
         for context, kwargs, text in zip(contexts, all_kwargs, texts):
             self.cache_hook.add_partial("generate_until", (context, kwargs), text)

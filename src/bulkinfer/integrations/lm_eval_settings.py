@@ -12,11 +12,13 @@ import dataclasses
 from typing import Any
 
 from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.lora.request import LoRARequest
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, coerce, settings_of
 
 # The backend's own model_args, beside the engine and sampling options (see BulkinferLM).
-BACKEND_ARGS = ("pretrained", "max_length", "add_bos_token", "prefix_token_id", "max_gen_toks", "keep_reasoning")
+BACKEND_ARGS = ("pretrained", "max_length", "add_bos_token", "prefix_token_id", "max_gen_toks", "keep_reasoning",
+                "lora", "lora_path")
 # The names lm_eval's tasks use for the number of new tokens, in the harness's order of priority.
 MAX_TOKEN_ALIASES = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
 # Generation kwargs read by their own rules rather than passed to SamplingParams as they are.
@@ -96,3 +98,18 @@ def _stop_strings(until: str | list[str] | None, eos_text: str) -> list[str]:
     if eos_text and eos_text not in stop:
         stop.append(eos_text)
     return stop
+
+
+def lora_request(lora: str | None, lora_path: str | None) -> LoRARequest | None:
+    """The adapter every request of the run goes through: ``lora=NAME=PATH``, or ``lora_path=PATH`` (named
+    ``adapter``); None when neither is given."""
+    if lora is not None and lora_path is not None:
+        raise ModelArgsError("model_args: give lora=NAME=PATH or lora_path=PATH, not both")
+    if lora_path is not None:
+        return LoRARequest("adapter", 1, str(lora_path))
+    if lora is None:
+        return None
+    name, sep, path = str(lora).partition("=")
+    if not sep or not name or not path:
+        raise ModelArgsError(f"model_args lora must be NAME=PATH, got {lora!r}")
+    return LoRARequest(name, 1, path)

@@ -84,12 +84,14 @@ def _one_task(batch_file: Path, task: str | None, parsed: ParsedLine, number: in
                      f"before it need task {task}; one batch file runs one task, so split it by url")
 
 
-def job_settings(table: Path, task: str) -> dict[str, Any]:
+def job_settings(table: Path, task: str, adapters: bool = False) -> dict[str, Any]:
     """The settings that make a job of `task` read the request table: its prompts (or query and document
-    columns) and, for generation, each body's sampling."""
+    columns) and, for generation, each body's sampling; with LoRA adapters, body.model chooses a line's adapter
+    (or the base model, by its own name)."""
     if task == "generate":
+        params = {s.name: f"body_{s.field}" for s in PER_ROW}
         columns = {"prompt_column": "prompt", "messages_column": None,
-                   "param_columns": {s.name: f"body_{s.field}" for s in PER_ROW}}
+                   "param_columns": {**params, **({"lora": "body_model"} if adapters else {})}}
     else:
         columns = {"prompt_column": "prompt", "query_column": "query", "document_column": "document"}
     return {"input": [str(table)], "input_format": "jsonl", "task": task, **columns}

@@ -22,6 +22,8 @@ from bulkinfer.settings import Setting, check_choices, construct, expand_paths, 
 # The registry of tasks (runner/tasks/) imports this module, so the names are declared here too; a test
 # checks that the two agree.
 TASK_NAMES = ("generate", "score", "choice", "embed", "classify", "reward", "rerank")
+# The param column that picks a row's LoRA adapter by name (one of the job's lora adapters, or base).
+LORA_PARAM, BASE_MODEL = "lora", "base"
 # The tasks that pool a prompt's hidden states rather than generate or score text.
 POOLING_TASK_NAMES = ("embed", "classify", "reward", "rerank")
 
@@ -61,6 +63,9 @@ class JobConfig:
     param_columns: dict[str, str] = setting(help="PARAM=COLUMN: take a sampling setting (max_tokens, seed, ...) "
                                                  "from a column per row; repeatable.", factory=dict,
                                             flag="param-column")
+    lora: dict[str, str] = setting(help="NAME=PATH: a LoRA adapter (a PEFT directory) that rows choose by name "
+                                        "in their lora param column (--param-column lora=COLUMN); repeatable. "
+                                        "See docs/lora.md.", factory=dict, path=True, panel="Model")
     truncate: str | None = setting(None, "Cut over-long prompts from the left or right instead of failing those "
                                          "rows (default: fail).", choices=("left", "right"))
     # What to do with each row: generate text, score a continuation, or pick the likeliest of its choices.
@@ -180,11 +185,31 @@ class JobConfig:
                              "cut its template; such rows fail instead")
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise UsageError(f"chat_template {self.chat_template}: no such file")
-        per_row = [s.name for s in settings_of(SamplingParams) if s.per_row]
+        per_row = [s.name for s in settings_of(SamplingParams) if s.per_row] + [LORA_PARAM]
         unknown = sorted(set(self.param_columns) - set(per_row))
         if unknown:
             raise UsageError(f"param_columns: {', '.join(unknown)} cannot be set per row; "
                              f"these can: {', '.join(per_row)}")
+        self._validate_lora()
+
+    def _validate_lora(self) -> None:
+        """Adapters need a column that chooses them, and the engine's LoRA slots."""
+        if not self.lora and LORA_PARAM not in self.param_columns:
+            return
+        if not self.lora:
+            raise UsageError("the lora param column names adapters: give them with --lora NAME=PATH")
+        if LORA_PARAM not in self.param_columns:
+            raise UsageError("--lora adapters are chosen per row: add --param-column lora=COLUMN (a column naming "
+                             f"an adapter, or {BASE_MODEL} for the base model)")
+        if self.task in POOLING_TASK_NAMES:
+            raise UsageError(f"task {self.task} takes no LoRA adapters; generate, score and choice do")
+        if BASE_MODEL in self.lora:
+            raise UsageError(f"lora: {BASE_MODEL!r} means the base model; give the adapter another name")
+        self.lora = {name: os.path.expanduser(path) for name, path in self.lora.items()}
+        try:
+            self.engine = dataclasses.replace(self.engine, enable_lora=True)
+        except ValueError as exc:
+            raise UsageError(f"bad engine setting: {exc}") from None
 
 
 def _json_object(name: str, value: str | dict | None) -> dict | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.adapters import check_adapter_files, check_adapters_fit
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.loop import JobLoop, Prefetcher, Reporter
 from bulkinfer.runner.open_job import OpenJob, open_job
@@ -117,6 +118,7 @@ class LocalExecutor:
         except (ValueError, KeyError) as exc:  # an architecture we cannot run, a bad option for this model
             raise UsageError(f"cannot load {config.model}: {exc}") from None
         _check_task(config, model_config)
+        check_adapter_files(config)
         # The job's own sampling settings would make every row an error row: refuse the job instead.
         # Whether the model reasons matters only to a thinking budget; the tokenizer loads only then.
         reasons = config.sampling.thinking_budget is not None and has_reasoning_parser(path, config.engine)
@@ -129,6 +131,7 @@ class LocalExecutor:
         with load_llm(config) as llm:
             if stop_requested():  # loading can take minutes; a Ctrl-C meanwhile should not start the work
                 return
+            check_adapters_fit(llm, config)
             task = make_task(config, engine_facts(llm))
             rows = read_rows(job.files, job.done, config.window_rows, job.rows, reserved=reserved_columns(config.task))
             prepared = Prefetcher(windows(rows, config.window_rows), task.prepare)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from bulkinfer.engine.chat_template import ChatTemplate, ChatTemplateError
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.config import LORA_PARAM, JobConfig
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import coerce, settings_of
 
@@ -157,7 +157,8 @@ class RowSettings:
         self.base = config.sampling
         self.job_seed = config.sampling.seed
         declared = {s.name: s for s in settings_of(SamplingParams)}  # param_columns use the flat names
-        self.columns = [(declared[param], column) for param, column in config.param_columns.items()]
+        self.columns = [(declared[param], column) for param, column in config.param_columns.items()
+                        if param != LORA_PARAM]  # the row's adapter is runner/adapters.py's
 
     def for_row(self, index: int, values: dict[str, Any]) -> SamplingParams:
         """Raises ValueError with a readable reason when a row's value is unusable."""

@@ -49,7 +49,18 @@ def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str
         **({"deterministic": True} if config.engine.deterministic else {}),
         # Only when not auto, for the same reason: it decides what generated_text holds.
         **({"reasoning_parser": config.engine.reasoning_parser} if config.engine.reasoning_parser != "auto" else {}),
+        # Only when set, for the same reason: each adapter by name, its directory and its files' hashes.
+        **({"lora": {name: _adapter_identity(Path(path)) for name, path in sorted(config.lora.items())}}
+           if config.lora else {}),
     }
+
+
+def _adapter_identity(path: Path) -> dict[str, Any]:
+    """An adapter is small: every file of it is hashed, its weights too."""
+    path = path.resolve()
+    files = {file.name: _hash(file) for file in sorted(path.iterdir()) if file.suffix in (".json", ".safetensors")} \
+        if path.is_dir() else {}
+    return {"path": str(path), "files": files}
 
 
 def _pooling_fields(config: JobConfig) -> dict[str, Any]:

@@ -8,7 +8,9 @@ import json
 
 import pyarrow as pa
 
+from bulkinfer.engine.lora.request import LoRARequest
 from bulkinfer.outputs import PositionLogprobs, RequestOutput, ToolCall
+from bulkinfer.runner.adapters import RowAdapters
 from bulkinfer.runner.bins import order_for_engine
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.prompts import PromptRenderer, RowSettings, bounded, cut_to, encode_prompts, prompt_columns
@@ -48,6 +50,7 @@ class GenerateTask:
     def __init__(self, config: JobConfig, engine: EngineFacts) -> None:
         self.renderer = PromptRenderer(config, engine.tokenizer)
         self.row_settings = RowSettings(config)
+        self.row_adapters = RowAdapters(config)
         self.tokenizer = engine.tokenizer
         self.max_model_len = engine.max_model_len
         self.truncate = config.truncate
@@ -72,25 +75,26 @@ class GenerateTask:
 
     def prepare(self, window: list[SourceRow]) -> PreparedWindow:
         failures: list[Failure] = []
-        ready: list[tuple[SourceRow, str, SamplingParams]] = []
+        ready: list[tuple[SourceRow, str, SamplingParams, LoRARequest | None]] = []
         for row in window:
             if row.error is not None:
                 failures.append(Failure(row, row.error))
                 continue
             try:
                 params = self.row_settings.for_row(row.index, row.values)
+                lora = self.row_adapters.for_row(row.values)
                 text = self.renderer.render(row.values, params)
-                ready.append((row, self._bounded(text, params), params))
+                ready.append((row, self._bounded(text, params), params, lora))
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))
         work = []
-        for (row, _, params), encoded in zip(ready, self._encode([text for _, text, _ in ready])):
+        for (row, _, params, lora), encoded in zip(ready, self._encode([text for _, text, _, _ in ready])):
             fitted = (Failure(row, f"{row.where}: the tokenizer failed on the prompt ({encoded})")
                       if isinstance(encoded, str) else self._fit(row, encoded, params))
             if isinstance(fitted, Failure):
                 failures.append(fitted)
             else:
-                work.append(Work(row, fitted, params))
+                work.append(Work(row, fitted, params, lora=lora))
         return PreparedWindow(order_for_engine(work, lambda w: w.token_ids), failures)
 
     def collect(self, work: Work, output: RequestOutput) -> Row:

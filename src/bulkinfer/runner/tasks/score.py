@@ -12,8 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from bulkinfer.engine.lora.request import LoRARequest
 from bulkinfer.engine.scoring import Loglikelihood, encode_pair, loglikelihood_of
 from bulkinfer.outputs import RequestOutput
+from bulkinfer.runner.adapters import RowAdapters
 from bulkinfer.runner.bins import order_for_engine
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.prompts import CHARS_PER_TOKEN, text_field
@@ -34,6 +36,7 @@ class ScoreTask:
 
     def __init__(self, config: JobConfig, engine: EngineFacts) -> None:
         self.config = config
+        self.row_adapters = RowAdapters(config)
         self.types = self.result_types(False)
         self.tokenizer = engine.tokenizer
         # The last position scored is never fed back, so a pair may be one token longer than the model.
@@ -58,8 +61,9 @@ class ScoreTask:
                 continue
             try:
                 pairs = self._pairs(row.values or {})
+                lora = self.row_adapters.for_row(row.values or {})
                 # All of the row's requests or none: one that cannot be made fails the row.
-                work.extend([self._work(row, *pair, part, len(pairs)) for part, pair in enumerate(pairs)])
+                work.extend([self._work(row, *pair, part, len(pairs), lora) for part, pair in enumerate(pairs)])
             except ValueError as exc:
                 failures.append(Failure(row, f"{row.where}: {exc}"))
             except Exception as exc:  # noqa: BLE001 - the tokenizer's own errors fail only their row
@@ -97,13 +101,15 @@ class ScoreTask:
     def _row(self, row: SourceRow, columns: Row, prompt_tokens: int | None, error: str | None) -> Row:
         return result_row(row, {**columns, "prompt_tokens": prompt_tokens, "error": error})
 
-    def _work(self, row: SourceRow, context: str, continuation: str, part: int, parts: int) -> Work:
+    def _work(self, row: SourceRow, context: str, continuation: str, part: int, parts: int,
+              lora: LoRARequest | None) -> Work:
         context = self._bounded(context, continuation)
         context_ids, continuation_ids = encode_pair(self.tokenizer, context, continuation)
         if not continuation_ids:
             raise ValueError(f"continuation {continuation!r} encodes to no tokens")
         tokens = self._fit(context_ids, continuation_ids)
-        return Work(row, tokens, None, len(tokens) - len(continuation_ids), part, parts, self._request_id(row, part))
+        return Work(row, tokens, None, len(tokens) - len(continuation_ids), part, parts, self._request_id(row, part),
+                    lora)
 
     def _bounded(self, context: str, continuation: str) -> str:
         """The context, or its end only, so that a text far too long to fit is never tokenized whole."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Hashable
 
+from bulkinfer.engine.lora.request import LoRARequest
 from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.runner.readers import SourceRow
 from bulkinfer.sampling_params import SamplingParams
@@ -23,6 +24,7 @@ class Work:
     part: int = 0  # a row may fan out into several requests (one per choice); this one's number
     parts: int = 1
     request_id: Hashable = None  # None: the row's index
+    lora: LoRARequest | None = None  # the row's LoRA adapter; None: the base model
 
     def __post_init__(self) -> None:
         if self.request_id is None:
@@ -32,9 +34,9 @@ class Work:
         """Hand the request to the engine. A task whose requests are of another kind sends them with its own
         Work subclass, so the loop needs no change for it."""
         if self.score_from is None:
-            llm.add_request(self.request_id, self.token_ids, self.params)
+            llm.add_request(self.request_id, self.token_ids, self.params, self.lora)
         else:
-            llm.add_scoring_request(self.request_id, self.token_ids, self.score_from)
+            llm.add_scoring_request(self.request_id, self.token_ids, self.score_from, self.lora)
 
 
 @dataclass
