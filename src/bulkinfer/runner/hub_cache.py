@@ -47,10 +47,12 @@ def cached_filesystem(url: str) -> tuple[HubCacheFileSystem, str]:
     if match is None:
         raise UsageError(f"{url}: name a dataset as hf://datasets/ORG/NAME/PATH (optionally NAME@REVISION)")
     repo, revision, path = match.groups()
+    cache = os.environ.get("HF_HUB_CACHE")  # as set now; None: huggingface_hub's default (under HF_HOME)
     try:
-        snapshot = snapshot_download(repo, repo_type="dataset", revision=revision, local_files_only=True)
+        snapshot = snapshot_download(repo, repo_type="dataset", revision=revision, cache_dir=cache,
+                                     local_files_only=True)
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
-        raise UsageError(f"{url}: dataset {repo} is not in the Hub cache ({os.environ.get('HF_HUB_CACHE') or 'the default'})"
-                         f", and HF_HUB_OFFLINE is set; download it first, or unset HF_HUB_OFFLINE") from None
+        raise UsageError(f"{url}: dataset {repo} is not in the Hub cache ({cache or 'the default'}) and "
+                         f"HF_HUB_OFFLINE is set; download it first, or unset HF_HUB_OFFLINE") from None
     url_root = f"hf://datasets/{repo}{'@' + revision if revision else ''}/"
     return HubCacheFileSystem(snapshot, url_root), path

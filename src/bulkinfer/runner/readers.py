@@ -8,8 +8,8 @@ file that cannot be read at all is the user's to repair, said in one line.
 A file on object storage is streamed a block at a time, as a local one is read (runner/storage.py).
 
 Each file is read as the job recorded it at the start: a file whose size or modification time (on a
-store: its version) has changed since is refused (check_unchanged), and a read never goes past the file's recorded rows, so
-lines appended to a file being read are not taken for rows of the job.
+store: its version) has changed since is refused (check_unchanged), and a read never goes past the
+file's recorded rows, so lines appended to a file being read are not taken for rows of the job.
 """
 
 from __future__ import annotations
@@ -360,12 +360,16 @@ def _open_lines(source: Source) -> IO[bytes]:
     """A binary line iterator; the decompressor is the one the extension names (.gz, .zst, ...)."""
     if not is_remote(source.path):
         return io.BufferedReader(pa.input_stream(source.path, compression="detect"), READ_BUFFER)
-    stream = pa.input_stream(open_object(source.path, source.storage_options),
-                             compression=_COMPRESSION.get(source.name.rsplit(".", 1)[-1].lower()))
+    stream = pa.input_stream(open_object(source.path, source.storage_options), compression=compression_of(source.name))
     return io.BufferedReader(stream, READ_BUFFER)
 
 
-# What pyarrow's "detect" picks from a local file's extension, for a store's object, which it cannot name.
+def compression_of(name: str) -> str | None:
+    """The codec a file name's extension names, as pyarrow's "detect" picks it for a local path: a store's
+    object comes as a file object, which it cannot name."""
+    return _COMPRESSION.get(name.rsplit(".", 1)[-1].lower())
+
+
 _COMPRESSION = {"gz": "gzip", "bz2": "bz2", "zst": "zstd", "zstd": "zstd", "lz4": "lz4"}
 
 
