@@ -48,7 +48,7 @@ class JobConfig:
     storage_options: str | dict | None = setting(
         None, "Options for the object store, as a JSON object: fsspec's keyword arguments for its filesystem, "
               "e.g. '{\"endpoint_url\": \"http://minio:9000\", \"key\": \"...\", \"secret\": \"...\"}' "
-              "(default: the store's own environment and profiles).")
+              "(default: the store's own environment and profiles). Never written to the output directory.")
     input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
                                              "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.

@@ -19,9 +19,8 @@ import fsspec
 
 from bulkinfer.errors import RunError, UsageError
 
-# The package each scheme needs, and the extra that installs it.
-_PACKAGES = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
-             "hf": ("huggingface_hub", "hf")}
+# The package each scheme needs, and the extra that installs it (hf://: huggingface_hub, always installed).
+_PACKAGES = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
 _URL = re.compile(r"([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
 _LOCAL_SCHEMES = ("file", "local")
 READ_BLOCK = 4 << 20  # bytes fetched per request while reading an object
