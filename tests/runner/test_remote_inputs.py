@@ -14,6 +14,7 @@ from pathlib import Path
 import fsspec
 import pytest
 from runner_files import prompts, read_results, write_jsonl, write_parquet
+from subprocess_job import SETTINGS, killed_and_resumed
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.config import JobConfig
@@ -141,3 +142,17 @@ def test_gs_without_gcsfs_names_the_extra_to_install() -> None:
         pytest.skip("gcsfs is installed here")
     with pytest.raises(UsageError, match=r"pip install 'bulkinfer\[gcs\]'"):
         resolve_sources(["gs://bucket/data/"])
+
+
+@pytest.mark.slow
+def test_a_job_reading_s3_killed_at_random_moments_resumes_to_the_results_of_a_local_run(
+        tiny_llama: Path, s3_server, tmp_path: Path) -> None:
+    data = write_parquet(tmp_path / "in.parquet", prompts(64), row_group_size=8)
+    url = s3_server.url("killed/in.parquet")
+    _upload(data, url)
+    run_job(JobConfig.from_settings(model=str(tiny_llama), input=[str(data)], output=str(tmp_path / "here"),
+                                    **SETTINGS))
+    killed_and_resumed(tiny_llama, url, tmp_path / "remote", (), seed=3, kills=(1, 3))
+    for out in ("here", "remote"):
+        export_job(tmp_path / out, tmp_path / f"{out}.parquet")
+    assert read_results(tmp_path / "remote.parquet") == read_results(tmp_path / "here.parquet")
