@@ -8,6 +8,7 @@ down mid-job and comes back.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -35,6 +36,7 @@ class S3Server:
         from moto.server import DomainDispatcherApplication, create_backend_app
         from werkzeug.serving import make_server
 
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request in every test's log
         self._server = make_server("127.0.0.1", self.port, DomainDispatcherApplication(create_backend_app),
                                    threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
