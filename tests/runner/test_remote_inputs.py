@@ -156,3 +156,17 @@ def test_a_job_reading_s3_killed_at_random_moments_resumes_to_the_results_of_a_l
     for out in ("here", "remote"):
         export_job(tmp_path / out, tmp_path / f"{out}.parquet")
     assert read_results(tmp_path / "remote.parquet") == read_results(tmp_path / "here.parquet")
+
+
+def test_a_store_that_goes_down_is_a_run_error_and_back_up_serves_the_same_objects(s3_server,
+                                                                                   tmp_path: Path) -> None:
+    url = s3_server.url("down-and-up/in.jsonl")
+    _upload(write_jsonl(tmp_path / "in.jsonl", prompts(3)), url)
+    one_try = {"config_kwargs": {"retries": {"max_attempts": 1}}}
+    s3_server.stop()
+    try:
+        with pytest.raises(RunError, match="cannot be reached"):
+            resolve_sources([url], storage_options=one_try)
+    finally:
+        s3_server.start()
+    assert count_rows(resolve_sources([url], storage_options=one_try)[0]) == 3
