@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from checkpoints import make_checkpoint
+from s3_server import s3_server  # noqa: F401 -- the S3 server fixture, for every test folder
 
 CheckpointFactory = Callable[..., Path]
 
@@ -53,3 +54,4 @@ def tiny_harmony(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from harmony_checkpoint import make_harmony_checkpoint
 
     return make_harmony_checkpoint(tmp_path_factory.mktemp("checkpoints") / "harmony")
+

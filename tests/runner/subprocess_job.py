@@ -54,7 +54,7 @@ def assert_consistent(out: Path) -> None:
         assert (out / "shards" / commit.file).is_file()
 
 
-def killed_and_resumed(model: Path, data: Path, out: Path, extra: tuple[str, ...], seed: int,
+def killed_and_resumed(model: Path, data: Path | str, out: Path, extra: tuple[str, ...], seed: int,
                        kills: tuple[int, int] = (1, 2), longest_wait: float = 0.4) -> None:
     """Run the job in a child process, SIGKILL it at random moments after a commit (at least kills[0] times,
     at most kills[1]), checking what each kill leaves; then run it to the end."""

@@ -17,7 +17,7 @@ def test_files_directories_and_globs_resolve_in_a_stable_order(tmp_path: Path) -
         (tmp_path / "more" / name).write_bytes(b"")
     single = write_jsonl(tmp_path / "single.ndjson", [{"prompt": "x"}])
     sources = resolve_sources([str(single), str(data), str(tmp_path / "more" / "*.jsonl*")])
-    assert [(s.path.relative_to(tmp_path).as_posix(), s.format) for s in sources] == [
+    assert [(Path(s.path).relative_to(tmp_path).as_posix(), s.format) for s in sources] == [
         ("single.ndjson", "jsonl"), ("data/a.parquet", "parquet"), ("data/b.jsonl", "jsonl"),
         ("data/sub/c.jsonl.gz", "jsonl"), ("more/y.jsonl.zst", "jsonl"), ("more/z.jsonl", "jsonl")]
 

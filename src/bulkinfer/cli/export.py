@@ -11,15 +11,18 @@ import typer
 
 from bulkinfer.cli.batch_format import check_format
 from bulkinfer.openai_batch import export_openai_batch, is_batch_job
+from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status, shards_left
+from bulkinfer.runner.storage import is_remote
 from bulkinfer.settings import expand_home
 
 
 def export_command(
     output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
-    file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst.",
-                                callback=expand_home),
+    file: str = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst; a local file "
+                                         "or an object on a store (s3://bucket/key.parquet, gs://...).",
+                               callback=expand_home),
     partial: bool = typer.Option(False, "--partial", help="Export the rows done so far of an unfinished job."),
     format: Optional[str] = typer.Option(None, "--format", show_default=False,
                                          help="rows (every column) or openai-batch (OpenAI Batch API output "
@@ -27,7 +30,10 @@ def export_command(
                                               "openai-batch, else rows)."),
 ) -> int:
     if check_format(format or ("openai-batch" if is_batch_job(output) else "rows")) == "openai-batch":
-        result = export_openai_batch(output, file, partial=partial)
+        if is_remote(file):
+            raise UsageError(f"{file}: an OpenAI batch output file is written to a local file; export it there, "
+                             f"then copy it to the store")
+        result = export_openai_batch(output, Path(file), partial=partial)
     else:
         result = export_job(output, file, partial=partial)
     print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)

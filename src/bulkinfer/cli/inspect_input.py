@@ -39,7 +39,8 @@ class Survey:
 
 # The job settings that change what inspect counts; with the same flags and help as `run`.
 JOB_SETTINGS = ("prompt_column", "messages_column", "system_prompt", "chat_template", "chat_template_kwargs", "tools",
-                "tokenizer", "revision", "input_format", "max_tokens", "n", "dtype", "kv_cache_dtype", "model_impl")
+                "tokenizer", "revision", "input_format", "storage_options", "max_tokens", "n", "dtype",
+                "kv_cache_dtype", "model_impl")
 
 
 @dataclass
@@ -65,7 +66,7 @@ def inspect_command(input: list[str], **options: Any) -> int:
     if show_prompt is not None and show_prompt < 0:
         raise UsageError(f"show_prompt must be >= 0, got {show_prompt}")
     config = JobConfig.from_settings(model=model or "", input=input, output="", **given)
-    sources = resolve_sources(config.input, config.input_format)
+    sources = resolve_sources(config.input, config.input_format, config.storage_options)
     check_columns(sources, config)
     tokenizer = model_tokenizer(model, config.engine.tokenizer, config.engine.revision) if model else None
     renderer = PromptRenderer(config, tokenizer) if model else None

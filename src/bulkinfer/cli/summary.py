@@ -10,7 +10,7 @@ from rich.table import Table
 
 from bulkinfer.cli.metrics import metrics_of
 from bulkinfer.durable import write_atomic
-from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.config import SECRET_SETTINGS, JobConfig
 from bulkinfer.runner.job import JobOutcome
 from bulkinfer.runner.loop import Snapshot
 from bulkinfer.runner.shards import Shard
@@ -40,7 +40,7 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "model_impl": last.engine_stats.model_impl,
         "kv_cache_dtype": last.engine_stats.kv_cache_dtype,
         "kv_bytes_per_token": last.engine_stats.kv_bytes_per_token,
-        "settings": config.settings(),
+        "settings": {name: value for name, value in config.settings().items() if name not in SECRET_SETTINGS},
     }
     if hourly_cost is not None:
         stats["hourly_cost"] = hourly_cost

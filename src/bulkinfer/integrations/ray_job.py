@@ -104,7 +104,7 @@ class BlockProcessor(LLMProcessor):
 
     def __init__(self, config: JobConfig, files: list[dict[str, Any]]) -> None:
         self._load(config)
-        self.files = [InputFile(**file) for file in files]
+        self.files = [InputFile(**file, storage_options=config.storage_options) for file in files]
 
     def __call__(self, blocks: pa.Table) -> Iterator[pa.Table]:
         for block in blocks.to_pylist():

@@ -24,6 +24,8 @@ from bulkinfer.settings import Setting, check_choices, construct, expand_paths, 
 TASK_NAMES = ("generate", "score", "choice", "embed", "classify", "reward", "rerank")
 # The param column that picks a row's LoRA adapter by name (one of the job's lora adapters, or base).
 LORA_PARAM, BASE_MODEL = "lora", "base"
+# Settings that may hold credentials, so never written where the job's results go.
+SECRET_SETTINGS = ("storage_options",)
 # The tasks that pool a prompt's hidden states rather than generate or score text.
 POOLING_TASK_NAMES = ("embed", "classify", "reward", "rerank")
 
@@ -39,10 +41,16 @@ class JobConfig:
 
     model: str = setting(help="Model: a local Hugging Face checkpoint directory, or a hub id.", path=True,
                          panel="Model")
-    input: list[str] = setting(help="Input file, directory or glob (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
-                                    "repeat for more.", path=True)
+    input: list[str] = setting(help="Input file, directory or glob (.parquet, .jsonl, .jsonl.gz, .jsonl.zst), "
+                                    "local or on object storage (s3://, gs://, hf://datasets/...); repeat for "
+                                    "more.", path=True)
     output: str = setting(help="Output directory; rerunning the same job on it resumes.", path=True,
                           panel="Output")
+    # Never in the job's fingerprint, job.json, the ledger or stats.json: it may hold credentials.
+    storage_options: str | dict | None = setting(
+        None, "Options for the object store, as a JSON object: fsspec's keyword arguments for its filesystem, "
+              "e.g. '{\"endpoint_url\": \"http://minio:9000\", \"key\": \"...\", \"secret\": \"...\"}' "
+              "(default: the store's own environment and profiles). Never written to the output directory.")
     input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
                                              "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.
@@ -177,6 +185,7 @@ class JobConfig:
         if self.commit_seconds <= 0:
             raise UsageError(f"commit_seconds must be > 0, got {self.commit_seconds}")
         self.chat_template_kwargs = _json_object("chat_template_kwargs", self.chat_template_kwargs)
+        self.storage_options = _json_object("storage_options", self.storage_options)
         for name in ("system_prompt", "chat_template", "chat_template_kwargs"):
             if getattr(self, name) is not None and self.messages_column is None:
                 raise UsageError(f"{name} needs messages_column: it applies to each row's chat messages")

@@ -1,15 +1,23 @@
 """Where an export may write: a file of the user's, never inside a job's output directory, whose
-files only bulkinfer writes (replacing its ledger or a result file there would silently undo a job)."""
+files only bulkinfer writes (replacing its ledger or a result file there would silently undo a job); or an
+object on a store (s3://, gs://).
+
+Either way nothing appears under the destination's name until the export is complete and counted: a
+local file is written under a temporary name and renamed; an object is uploaded in parts that the store
+joins into the object in one step when the export publishes it (S3's multipart upload, GCS's resumable
+upload), and that are thrown away otherwise.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Any, Iterator
 
 from bulkinfer.errors import UsageError, disk_error
 from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.runner.storage import filesystem_for, store_errors
 
 
 def export_destination(destination: Path) -> Path:
@@ -57,3 +65,20 @@ def writing(destination: Path) -> Iterator[Path]:
         raise disk_error(exc, str(destination)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def writing_object(url: str, storage_options: dict[str, Any] | None) -> Iterator[IO[bytes]]:
+    """A file to write the object at `url` into, published as the object when the block ends without an
+    error; until then the store holds only parts of an upload no one can read."""
+    fs, path = filesystem_for(url, storage_options)
+    with store_errors(url):
+        file = fs.open(path, "wb", autocommit=False)
+        try:
+            yield file
+            file.close()
+            file.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a store that is down keeps the parts until it expires them
+                file.discard()
+            raise

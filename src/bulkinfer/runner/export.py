@@ -6,6 +6,9 @@ few files, however large the job, and a chunk holds only the columns with a valu
 distinct keys the rows have. What is written depends on the committed rows alone, not on how they
 were split into files. Every file is first checked against the ledger (size, SHA-256,
 rows), and the rows written are counted against the ledger's: damaged results are never exported.
+
+The destination is a local file or an object on a store (s3://, gs://); either appears only once the
+export is complete and counted (destination.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,12 +24,14 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX
-from bulkinfer.runner.destination import export_destination, writing
+from bulkinfer.runner.destination import export_destination, writing, writing_object
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
 from bulkinfer.runner.outdir.row_tables import fits, json_line, narrowed, unified_schema, widened
+from bulkinfer.runner.readers import compression_of
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
 from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
+from bulkinfer.runner.storage import is_remote
 from bulkinfer.runner.tasks import declared_types, result_columns
 
 CHUNK_ROWS = 10_000  # rows per ordered slice; with the files it overlaps, what export holds at once
@@ -41,20 +46,36 @@ class ExportResult:
     rows_total: int
 
 
-def export_job(output: Path, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS) -> ExportResult:
-    destination = export_destination(destination)
-    fmt = _destination_format(destination)
+def export_job(output: Path, destination: Path | str, partial: bool = False, chunk_rows: int = CHUNK_ROWS,
+               storage_options: dict[str, Any] | None = None) -> ExportResult:
+    """`destination`: a local file, or a store's URL; `storage_options`: fsspec's options for that store."""
+    remote = is_remote(str(destination))
+    destination = str(destination) if remote else export_destination(Path(destination))
+    name = str(destination).rsplit("/", 1)[-1]
+    fmt = _destination_format(destination, name)
     union = load_union(output)
     _check_exportable(output, union, partial)
     spans = list(union.result_files())
     schema = _job_schema(spans, union.task)
-    with writing(destination) as tmp:
-        rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
-        if rows != union.rows_done:
-            raise RunError(f"{output}: {rows:,} rows were read from its result files, where its ledger lists "
-                           f"{union.rows_done:,}; nothing was exported")
-        os.replace(tmp, destination)
+    tables = _chunks(spans, schema, chunk_rows)
+    if remote:
+        with writing_object(destination, storage_options) as file:
+            rows = _write_counted(output, union, file, fmt, compression_of(name), schema, tables)
+    else:
+        with writing(destination) as tmp:
+            rows = _write_counted(output, union, tmp, fmt, compression_of(name), schema, tables)
+            os.replace(tmp, destination)
     return ExportResult(rows, union.rows_failed, union.rows_total)
+
+
+def _write_counted(output: Path, union: JobUnion, sink: Path | IO[bytes], fmt: str, compression: str | None,
+                   schema: pa.Schema, tables: Iterator[pa.Table]) -> int:
+    """Writes every row; raises unless they are the rows the ledger lists, so that nothing is published."""
+    rows = _write(sink, fmt, compression, schema, tables)
+    if rows != union.rows_done:
+        raise RunError(f"{output}: {rows:,} rows were read from its result files, where its ledger lists "
+                       f"{union.rows_done:,}; nothing was exported")
+    return rows
 
 
 def _check_exportable(output: Path, union: JobUnion, partial: bool) -> None:
@@ -70,11 +91,11 @@ def _check_exportable(output: Path, union: JobUnion, partial: bool) -> None:
                          f"{then}, or pass --partial to export what is done")
 
 
-def _destination_format(destination: Path) -> str:
-    fmt = suffix_format(destination.name)
+def _destination_format(destination: Path | str, name: str) -> str:
+    fmt = suffix_format(name)
     if fmt is None:
         raise UsageError(f"{destination}: name it .parquet or .jsonl (optionally .jsonl.gz or .jsonl.zst)")
-    if fmt == "parquet" and destination.name.lower().endswith(COMPRESSION_SUFFIXES):
+    if fmt == "parquet" and name.lower().endswith(COMPRESSION_SUFFIXES):
         raise UsageError(f"{destination}: Parquet compresses internally; name it .parquet")
     return fmt
 
@@ -129,15 +150,17 @@ def _check_unique(table: pa.Table) -> None:
                        "other than bulkinfer; nothing was exported")
 
 
-def _write(path: Path, fmt: str, schema: pa.Schema, tables: Iterator[pa.Table]) -> int:
+def _write(sink: Path | IO[bytes], fmt: str, compression: str | None, schema: pa.Schema,
+           tables: Iterator[pa.Table]) -> int:
     rows = 0
+    sink = str(sink) if isinstance(sink, Path) else sink
     if fmt == "parquet":
-        with pq.ParquetWriter(path, schema) as writer:
+        with pq.ParquetWriter(sink, schema) as writer:
             for table in tables:
                 writer.write_table(table)
                 rows += table.num_rows
         return rows
-    with pa.output_stream(str(path), compression="detect") as stream:
+    with pa.output_stream(sink, compression=compression) as stream:
         for table in tables:
             _write_jsonl(stream, table)
             rows += table.num_rows

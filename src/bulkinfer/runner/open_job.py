@@ -28,6 +28,7 @@ from bulkinfer.runner.readers import InputFile, Source, check_unchanged, input_t
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import shard_of
 from bulkinfer.runner.sources import check_columns, identity_of, resolve_sources, scan_inputs
+from bulkinfer.runner.storage import is_remote
 from bulkinfer.runner.tasks import result_types
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class OpenJob:
 
 
 def open_job(config: JobConfig) -> OpenJob:
-    sources = resolve_sources(config.input, config.input_format)
+    sources = resolve_sources(config.input, config.input_format, config.storage_options)
     _check_output_outside_inputs(config, sources)
     check_columns(sources, config)
     directory = JobDir(Path(config.output), shard_of(config))
@@ -106,7 +107,7 @@ def _take(directory: JobDir, config: JobConfig, sources: list[Source], lock: Job
     done = _repair(directory, ledger, progress)
     directory.results_path.mkdir(exist_ok=True)  # a folder removed by hand is made again; its rows are redone
     ResultFiles(directory.results_path).remove_except({commit.file for commit in progress.files})
-    files = [InputFile(**item) for item in manifest["inputs"]]
+    files = [InputFile(**item, storage_options=config.storage_options) for item in manifest["inputs"]]
     rows = directory.shard.rows(manifest["rows_total"])
     if not rows:
         logger.warning("%s: the input holds no rows%s; there is nothing to do", directory.root,
@@ -179,8 +180,8 @@ def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> No
     inside = [spec for spec in config.input if Path(spec).expanduser().is_dir()
               and output.is_relative_to(Path(spec).expanduser().resolve())]
     own_table = JobDir(output).input_table_path
-    inside += [str(source.path) for source in sources
-               if source.path.is_relative_to(output) and source.path.resolve() != own_table]
+    local = [Path(source.path) for source in sources if not is_remote(source.path)]
+    inside += [str(path) for path in local if path.is_relative_to(output) and path.resolve() != own_table]
     if inside:
         raise UsageError(f"--output {config.output} is inside the input {inside[0]} (or holds it): the job would "
                          f"read its own results; choose an --output outside every --input")

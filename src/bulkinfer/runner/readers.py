@@ -5,9 +5,11 @@ A row's position in that stream, counted from 0 across the files in order, is it
 runs. A row that cannot be read (not JSON, not Unicode, nested too deeply) becomes an error row; a
 file that cannot be read at all is the user's to repair, said in one line.
 
-Each file is read as the job recorded it at the start: a file whose size or modification time has
-changed since is refused (check_unchanged), and a read never goes past the file's recorded rows, so
-lines appended to a file being read are not taken for rows of the job.
+A file on object storage is streamed a block at a time, as a local one is read (runner/storage.py).
+
+Each file is read as the job recorded it at the start: a file whose size or modification time (on a
+store: its version) has changed since is refused (check_unchanged), and a read never goes past the
+file's recorded rows, so lines appended to a file being read are not taken for rows of the job.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ import io
 import json
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from stat import S_ISREG
 from typing import IO, Any, Iterable, Iterator, Protocol
 
@@ -28,43 +29,51 @@ import pyarrow.parquet as pq
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import reserved_clash
 from bulkinfer.runner.rowset import RowSet
+from bulkinfer.runner.storage import is_remote, object_identity, open_object, store_errors
 
 READ_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
 class Source:
-    path: Path  # absolute
+    path: str  # an absolute local path, or a store's URL (s3://bucket/key)
     format: str  # "parquet" | "jsonl"
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return self.path.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
 class InputFile:
-    """An input file as the job recorded it at the start, with its number of rows."""
+    """An input file as the job recorded it at the start, with its number of rows. A local file is known by
+    its modification time, an object on a store by its version (mtime_ns None there, version None here)."""
 
     path: str
     format: str
     size: int
-    mtime_ns: int
     rows: int
+    mtime_ns: int | None = None
+    version: str | None = None
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # never stored
 
     @property
     def source(self) -> Source:
-        return Source(Path(self.path), self.format)
+        return Source(self.path, self.format, self.storage_options)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value for key in _RECORDED if (value := getattr(self, key)) is not None}
 
     def identity(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if key != "rows"}
+        return {key: value for key, value in self.to_json().items() if key != "rows"}
 
     def change(self) -> str | None:
-        """How the file differs from when the job recorded it, or None. Size and modification time are
-        what tell a rerun that its input is the same (the job's fingerprint), so a run tells the same way."""
+        """How the file differs from when the job recorded it, or None. Size and modification time (or
+        version) are what tell a rerun that its input is the same (the job's fingerprint), so a run tells
+        the same way."""
+        if self.version is not None:
+            return self._object_change()
         try:
             stat = os.stat(self.path)
         except FileNotFoundError:
@@ -80,6 +89,20 @@ class InputFile:
             return "was modified (its size is the same, its modification time is not)"
         return None
 
+    def _object_change(self) -> str | None:
+        found = object_identity(self.path, self.storage_options)
+        if found is None:
+            return "was deleted"
+        size, version = found
+        if size != self.size:
+            return f"{'grew' if size > self.size else 'shrank'} from {self.size:,} to {size:,} bytes"
+        if version != self.version:
+            return f"was written again (its version was {self.version}, it is {version})"
+        return None
+
+
+_RECORDED = ("path", "format", "size", "mtime_ns", "version", "rows")  # what job.json keeps of an InputFile
+
 
 def check_unchanged(files: Iterable[InputFile]) -> None:
     """Raises RunError for the first file that is not as the job recorded it: rows read from it now
@@ -91,10 +114,11 @@ def check_unchanged(files: Iterable[InputFile]) -> None:
 
 
 def _changed(file: InputFile, change: str) -> RunError:
+    restore = ("Put the object back as it was (the store's version history may hold it)" if file.version
+               else "Put the file back as it was, bytes and modification time (as cp -p restores them),")
     return RunError(f"{file.path}: {change} since the job started; this run stops without committing more "
-                    f"(what it committed is kept). Put the file back as it was, bytes and modification time "
-                    f"(as cp -p restores them), to go on; or rerun with --force or another --output to start "
-                    f"over with the new data")
+                    f"(what it committed is kept). {restore} to go on; or rerun with --force or another --output "
+                    f"to start over with the new data")
 
 
 @dataclass
@@ -155,7 +179,7 @@ def count_rows(source: Source) -> int:
     file to its end here finds a damaged one (a cut .gz) before the job starts."""
     if source.format == "parquet":
         return _parquet(source).metadata.num_rows
-    with _reading(source), _open_lines(source.path) as lines:
+    with _reading(source), _open_lines(source) as lines:
         return sum(1 for raw in lines if not _blank(raw))
 
 
@@ -169,7 +193,7 @@ def columns_of(source: Source) -> set[str] | None:
                              f"so rename one")
         return set(names)
     with _reading(source):
-        return _sample_keys(source.path)
+        return _sample_keys(source)
 
 
 def input_types(files: list[InputFile]) -> dict[str, pa.DataType]:
@@ -189,7 +213,8 @@ def _as_recorded(file: InputFile) -> Iterator[None]:
     meanwhile, is said as that change."""
     check_unchanged([file])
     try:
-        yield
+        with store_errors(file.path):
+            yield
     except (pa.ArrowException, OSError, EOFError, UsageError):
         check_unchanged([file])
         raise
@@ -257,7 +282,7 @@ def _read_jsonl(file: InputFile, start: int, skip: RowsToSkip, reserved: tuple[s
     """Rows numbered from `start` up to the file's recorded rows, skipped ones not even parsed; a row
     with a key in `reserved` (a name the output needs) becomes an error row."""
     index, stop = start, start + file.rows
-    with _open_lines(file.source.path) as lines:
+    with _open_lines(file.source) as lines:
         for line_no, raw in enumerate(lines, 1):
             if index == stop:
                 return  # lines appended since the job started are not its rows
@@ -331,13 +356,28 @@ def _json_kind(value: object) -> str:
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
-def _open_lines(path: Path) -> IO[bytes]:
-    """A binary line iterator; pyarrow picks the decompressor from the extension (.gz, .zst, ...)."""
-    return io.BufferedReader(pa.input_stream(str(path), compression="detect"), READ_BUFFER)
+def _open_lines(source: Source) -> IO[bytes]:
+    """A binary line iterator; the decompressor is the one the extension names (.gz, .zst, ...)."""
+    if not is_remote(source.path):
+        return io.BufferedReader(pa.input_stream(source.path, compression="detect"), READ_BUFFER)
+    stream = pa.input_stream(open_object(source.path, source.storage_options), compression=compression_of(source.name))
+    return io.BufferedReader(stream, READ_BUFFER)
+
+
+def compression_of(name: str) -> str | None:
+    """The codec a file name's extension names, as pyarrow's "detect" picks it for a local path: a store's
+    object comes as a file object, which it cannot name."""
+    return _COMPRESSION.get(name.rsplit(".", 1)[-1].lower())
+
+
+_COMPRESSION = {"gz": "gzip", "bz2": "bz2", "zst": "zstd", "zstd": "zstd", "lz4": "lz4"}
 
 
 def _parquet(source: Source) -> pq.ParquetFile:
+    """The file's footer read; its row groups are read when iterated."""
     with _reading(source):
+        if is_remote(source.path):
+            return pq.ParquetFile(open_object(source.path, source.storage_options))
         return pq.ParquetFile(source.path)
 
 
@@ -346,7 +386,8 @@ def _reading(source: Source) -> Iterator[None]:
     """A file that cannot be read (cut short, not of its format, a damaged compressed stream) is the
     user's to repair or remove: one line, not a traceback."""
     try:
-        yield
+        with store_errors(source.path):
+            yield
     except (pa.ArrowException, OSError, EOFError) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise  # a machine's error (EIO, ENOENT ...), not the file's content
@@ -354,10 +395,10 @@ def _reading(source: Source) -> Iterator[None]:
                          f"{source.format}: repair or remove it") from None
 
 
-def _sample_keys(path: Path, max_objects: int = 100) -> set[str] | None:
+def _sample_keys(source: Source, max_objects: int = 100) -> set[str] | None:
     keys: set[str] = set()
     found = 0
-    with _open_lines(path) as lines:
+    with _open_lines(source) as lines:
         for raw in lines:
             if found >= max_objects:
                 break

@@ -28,7 +28,7 @@ _SHOWN_CHARS = 60
 
 
 def job_fingerprint(config: JobConfig, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    """`inputs`: each file's identity (see inputs.identity_of)."""
+    """`inputs`: each file's identity (see sources.identity_of)."""
     return {
         "inputs": inputs,
         **model_identity(config.model, config.engine.revision, config.engine.tokenizer),
@@ -114,7 +114,8 @@ def _input_differences(old: list[dict], new: list[dict]) -> list[str]:
     found = [f"input {path} removed" for path in old_by_path if path not in new_by_path]
     found += [f"input {path} added" for path in new_by_path if path not in old_by_path]
     for path in old_by_path.keys() & new_by_path.keys():
-        changed = [key for key in ("format", "size", "mtime_ns") if old_by_path[path][key] != new_by_path[path][key]]
+        changed = [key for key in ("format", "size", "mtime_ns", "version")
+                   if old_by_path[path].get(key) != new_by_path[path].get(key)]
         if changed:
             found.append(f"input {path} changed ({', '.join(changed)})")
     if not found and [item["path"] for item in old] != [item["path"] for item in new]:

@@ -24,7 +24,9 @@ from bulkinfer.runner.shards import WHOLE, Shard
 
 MANIFEST_VERSION = 1
 _MANIFEST_TYPES = {"fingerprint": dict, "inputs": list, "rows_total": int}
-_INPUT_TYPES = {"path": str, "format": str, "size": int, "mtime_ns": int, "rows": int}  # readers.InputFile's
+# readers.InputFile's: a local file's, and an object's on a store
+_INPUT_TYPES = ({"path": str, "format": str, "size": int, "mtime_ns": int, "rows": int},
+                {"path": str, "format": str, "size": int, "version": str, "rows": int})
 _SUFFIX = r"(?:-(\d+)-of-(\d+))?"
 _JOB_FILE_NAME = re.compile(rf"(?:job{_SUFFIX}\.json|ledger{_SUFFIX}\.jsonl)")
 # input-table.jsonl is the table a command derives from the user's input (an OpenAI batch file's requests)
@@ -163,8 +165,11 @@ def _is_manifest(manifest: Any) -> bool:
     """Whether `manifest` is a job record this version reads: every key there, of its type."""
     return (isinstance(manifest, dict) and manifest.get("version") == MANIFEST_VERSION
             and _typed(manifest, _MANIFEST_TYPES) and manifest["rows_total"] >= 0
-            and all(isinstance(item, dict) and set(item) == set(_INPUT_TYPES) and _typed(item, _INPUT_TYPES)
-                    for item in manifest["inputs"]))
+            and all(_is_input(item) for item in manifest["inputs"]))
+
+
+def _is_input(item: Any) -> bool:
+    return isinstance(item, dict) and any(set(item) == set(types) and _typed(item, types) for types in _INPUT_TYPES)
 
 
 def _typed(record: dict[str, Any], types: dict[str, type]) -> bool:
