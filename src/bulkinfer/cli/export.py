@@ -17,7 +17,8 @@ from bulkinfer.settings import expand_home
 
 
 def export_command(
-    output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
+    output: str = typer.Argument(..., help="The job's output directory (a path, or an s3:// or gs:// URL).",
+                                 callback=expand_home),
     file: Path = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst.",
                                 callback=expand_home),
     partial: bool = typer.Option(False, "--partial", help="Export the rows done so far of an unfinished job."),
@@ -27,7 +28,7 @@ def export_command(
                                               "openai-batch, else rows)."),
 ) -> int:
     if check_format(format or ("openai-batch" if is_batch_job(output) else "rows")) == "openai-batch":
-        result = export_openai_batch(output, file, partial=partial)
+        result = export_openai_batch(Path(output), file, partial=partial)
     else:
         result = export_job(output, file, partial=partial)
     print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)
@@ -35,10 +36,13 @@ def export_command(
 
 
 def status_command(
-    output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
+    output: str = typer.Argument(..., help="The job's output directory (a path, or an s3:// or gs:// URL).",
+                                 callback=expand_home),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a sentence."),
     verify: bool = typer.Option(False, "--verify", help="Also check every result file's bytes and rows against "
-                                                        "the ledger (reads them all); exit 1 if any is damaged."),
+                                                        "the ledger (reads them all); exit 1 if any is damaged "
+                                                        "(on object storage, damaged files are then voided, for "
+                                                        "the next run to redo)."),
 ) -> int:
     """Result files are always checked for presence and size."""
     status = job_status(output, verify=verify)

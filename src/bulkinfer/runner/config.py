@@ -41,6 +41,10 @@ class JobConfig:
                                     "repeat for more.", path=True)
     output: str = setting(help="Output directory; rerunning the same job on it resumes.", path=True,
                           panel="Output")
+    storage_options: str | dict | None = setting(
+        None, "Options for the object store of s3:// or gs:// inputs and outputs, as a JSON object (fsspec's "
+              "storage_options, e.g. '{\"endpoint_url\": \"http://localhost:9000\"}') (default: none; "
+              "credentials come from the store's own environment).", panel="Input")
     input_format: str | None = setting(None, "parquet or jsonl, for every input (default: from each file's "
                                              "extension).", choices=("parquet", "jsonl"))
     # What to send: a text column, or a column of chat messages rendered with the chat template.
@@ -172,6 +176,7 @@ class JobConfig:
         if self.commit_seconds <= 0:
             raise UsageError(f"commit_seconds must be > 0, got {self.commit_seconds}")
         self.chat_template_kwargs = _json_object("chat_template_kwargs", self.chat_template_kwargs)
+        self.storage_options = _json_object("storage_options", self.storage_options)
         for name in ("system_prompt", "chat_template", "chat_template_kwargs"):
             if getattr(self, name) is not None and self.messages_column is None:
                 raise UsageError(f"{name} needs messages_column: it applies to each row's chat messages")

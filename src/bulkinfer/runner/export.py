@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +26,7 @@ from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
 from bulkinfer.runner.outdir.row_tables import fits, json_line, narrowed, unified_schema, widened
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
-from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
+from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left, store_errors_at
 from bulkinfer.runner.tasks import declared_types, result_columns
 
 CHUNK_ROWS = 10_000  # rows per ordered slice; with the files it overlaps, what export holds at once
@@ -41,15 +41,18 @@ class ExportResult:
     rows_total: int
 
 
-def export_job(output: Path, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS) -> ExportResult:
+def export_job(output: Path | str, destination: Path, partial: bool = False, chunk_rows: int = CHUNK_ROWS,
+               storage_options: dict[str, Any] | None = None) -> ExportResult:
+    """`output`: the job's directory, local or on object storage (read with `storage_options`)."""
     destination = export_destination(destination)
     fmt = _destination_format(destination)
-    union = load_union(output)
-    _check_exportable(output, union, partial)
-    spans = list(union.result_files())
-    schema = _job_schema(spans, union.task)
+    with store_errors_at(output):
+        union = load_union(output, storage_options)
+        _check_exportable(output, union, partial)
+        spans = list(union.result_files())
+        schema = _job_schema(spans, union.task)
     with writing(destination) as tmp:
-        rows = _write(tmp, fmt, schema, _chunks(spans, schema, chunk_rows))
+        rows = _write(tmp, fmt, schema, _read_from(output, _chunks(spans, schema, chunk_rows)))
         if rows != union.rows_done:
             raise RunError(f"{output}: {rows:,} rows were read from its result files, where its ledger lists "
                            f"{union.rows_done:,}; nothing was exported")
@@ -57,7 +60,7 @@ def export_job(output: Path, destination: Path, partial: bool = False, chunk_row
     return ExportResult(rows, union.rows_failed, union.rows_total)
 
 
-def _check_exportable(output: Path, union: JobUnion, partial: bool) -> None:
+def _check_exportable(output: Path | str, union: JobUnion, partial: bool) -> None:
     damage = find_damage(union, full=True)
     if damage:
         others = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
@@ -92,6 +95,12 @@ def _job_schema(spans: list[tuple[ResultFiles, Commit]], task: str) -> pa.Schema
                                                                           target):
                 schema = schema.set(index, pa.field(field.name, pa.string()))
     return schema
+
+
+def _read_from(output: Path | str, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """`tables`, read from the job at `output`, whose store failing is one line (a full disk here is not)."""
+    with store_errors_at(output):
+        yield from tables
 
 
 def _chunks(spans: list[tuple[ResultFiles, Commit]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:
