@@ -151,6 +151,8 @@ def test_two_runs_at_once_on_one_prefix_commit_every_row_once(capsys, s3_server,
         _, err = run.communicate(timeout=600)
         assert run.returncode == 0, err
     _finished_once(capsys, out, tmp_path / "results.jsonl")
+    writers = {commit.file.rsplit("-", 1)[1] for commit in RemoteJobDir(out).load_progress().files}
+    assert len(writers) == 2  # both runs committed: they did overlap
 
 
 @pytest.mark.slow
@@ -173,3 +175,26 @@ def test_a_store_that_goes_away_stops_the_job_with_one_line(capsys, s3_server, t
     _, err = process.communicate(timeout=600)
     assert process.returncode == 0, err
     _finished_once(capsys, out, tmp_path / "results.jsonl")
+
+
+def test_another_job_on_the_prefix_is_refused_unless_forced(capsys, s3_server, tmp_path: Path, tiny_llama: Path,
+                                                            data: Path) -> None:
+    out = s3_server.url(f"{tmp_path.name}/out")
+    assert _run(capsys, tiny_llama, data, out)[0] == 0
+    code, _, err = _run(capsys, tiny_llama, data, out, "--max-tokens", "4")
+    assert code == 2 and "holds a different job (max_tokens" in err and "Traceback" not in err
+    code, _, err = _run(capsys, tiny_llama, data, out, "--max-tokens", "4", "--force")
+    assert code == 0 and f"complete: {ROWS} of {ROWS} rows done" in err
+    assert json.loads(RemoteJobDir(out).fs.cat_file(f"{out}/job.json"))["fingerprint"]["max_tokens"] == 4
+    _assert_entries_once(RemoteJobDir(out), ROWS)
+
+
+def test_an_output_on_a_store_without_a_conditional_create_is_one_line(capsys, tmp_path: Path, tiny_llama: Path,
+                                                                       data: Path) -> None:
+    code, _, err = _run(capsys, tiny_llama, data, "memory://bucket/out")
+    assert code == 2 and err.startswith("bulkinfer: error: memory://bucket/out: an output on object storage must be")
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        code, _, err = _run(capsys, tiny_llama, data, "gs://bucket/out")
+        assert code == 2 and "install gcsfs" in err.splitlines()[-1]
