@@ -64,7 +64,7 @@ class RemoteLedger:
         self.append(DamageSeen(tuple(lines)))
 
     def close(self) -> None:
-        pass
+        """Nothing is held open on a store."""
 
 
 def load_entries(fs: fsspec.AbstractFileSystem, url: str) -> JobProgress:
