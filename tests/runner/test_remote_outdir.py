@@ -190,8 +190,10 @@ def test_another_job_on_the_prefix_is_refused_unless_forced(capsys, s3_server, t
     _assert_entries_once(RemoteJobDir(out), ROWS)
 
 
-def test_an_output_on_a_store_without_a_conditional_create_is_one_line(capsys, tmp_path: Path, tiny_llama: Path,
+def test_an_output_the_store_cannot_take_is_one_line(capsys, tmp_path: Path, tiny_llama: Path,
                                                                        data: Path) -> None:
+    code, _, err = _run(capsys, tiny_llama, data, "s3://bucket/out", "--storage-options", '{"no_such_option": 1}')
+    assert code == 2 and "storage_options {'no_such_option': 1} are not the store's" in err.splitlines()[-1]
     code, _, err = _run(capsys, tiny_llama, data, "memory://bucket/out")
     assert code == 2 and err.startswith("bulkinfer: error: memory://bucket/out: an output on object storage must be")
     try:

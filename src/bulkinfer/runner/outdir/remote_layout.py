@@ -21,7 +21,7 @@ from bulkinfer.errors import UsageError
 from bulkinfer.runner.outdir.layout import JobDir, is_manifest
 from bulkinfer.runner.outdir.ledger import Commit, JobProgress, Void
 from bulkinfer.runner.outdir.remote_files import RemoteResultFiles
-from bulkinfer.runner.outdir.remote_ledger import RemoteLedger, create, load_entries
+from bulkinfer.runner.outdir.remote_ledger import RemoteLedger, create, entry_numbers, load_entries
 from bulkinfer.runner.outdir.store_errors import store_errors
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import WHOLE, Shard
@@ -48,9 +48,13 @@ class RemoteJobDir(JobDir):
                              f"job whole (runs may share its URL)")
         try:
             self.fs, _ = filesystem_for(url, storage_options)
+            if hasattr(self.fs, "connect"):  # s3fs takes its options only when it makes its client
+                self.fs.connect()
         except ImportError:
             raise UsageError(f"{url}: install {_STORES[protocol]} to write output there "
                              f"(pip install {_STORES[protocol]})") from None
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{url}: storage_options {storage_options} are not the store's ({exc})") from None
         self.root = url.rstrip("/")  # type: ignore[assignment]
         self.shard = shard
         self.manifest_path = f"{self.root}/job.json"  # type: ignore[assignment]
@@ -66,7 +70,9 @@ class RemoteJobDir(JobDir):
             raise UsageError(f"{self.root}: holds objects and no bulkinfer job; choose an empty or new --output")
 
     def has_job(self) -> bool:
-        return self.read_manifest() is not None or bool(self.load_progress().commits)
+        """A sound job.json, or a ledger (a job whose record is lost is still a job: it is refused, never
+        overwritten)."""
+        return self.read_manifest() is not None or bool(entry_numbers(self.fs, self.ledger_path))
 
     def check_entries(self) -> None:
         """Nothing to check: a store has no links, FIFOs or devices."""

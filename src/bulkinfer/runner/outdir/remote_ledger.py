@@ -71,12 +71,7 @@ def load_entries(fs: fsspec.AbstractFileSystem, url: str) -> JobProgress:
     """Every entry of the ledger at `url`: those one listing finds, fetched at once, then any created since."""
     progress = JobProgress()
     with store_errors(url):
-        fs.invalidate_cache(url)
-        try:
-            names = [path.rsplit("/", 1)[1] for path in fs.ls(url, detail=False)]
-        except FileNotFoundError:
-            names = []
-        numbers = sorted(int(match[1]) for name in names if (match := _ENTRY.fullmatch(name)))
+        numbers = entry_numbers(fs, url)
         contents = fs.cat([entry_url(url, number) for number in numbers]) if numbers else {}
         by_number = {int(_ENTRY.fullmatch(path.rsplit("/", 1)[1])[1]): data for path, data in contents.items()}
         for number in numbers:
@@ -95,6 +90,17 @@ def catch_up(fs: fsspec.AbstractFileSystem, url: str, progress: JobProgress) -> 
             if isinstance(record, Commit):
                 learned.append(record)
     return learned
+
+
+def entry_numbers(fs: fsspec.AbstractFileSystem, url: str) -> list[int]:
+    """The numbers of the entries one listing of the ledger at `url` finds, in order."""
+    with store_errors(url):
+        fs.invalidate_cache(url)
+        try:
+            names = [path.rsplit("/", 1)[1] for path in fs.ls(url, detail=False)]
+        except FileNotFoundError:
+            return []
+    return sorted(int(match[1]) for name in names if (match := _ENTRY.fullmatch(name)))
 
 
 def apply_entry(progress: JobProgress, number: int, data: bytes, url: str) -> Any:
