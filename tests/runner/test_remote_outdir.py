@@ -194,6 +194,8 @@ def test_an_output_the_store_cannot_take_is_one_line(capsys, tmp_path: Path, tin
                                                                        data: Path) -> None:
     code, _, err = _run(capsys, tiny_llama, data, "s3://bucket/out", "--storage-options", '{"no_such_option": 1}')
     assert code == 2 and "storage_options {'no_such_option': 1} are not the store's" in err.splitlines()[-1]
+    code, _, err = _run(capsys, tiny_llama, data, "s3://bucket/out", "--prompt-column", "nope")
+    assert code == 2 and "nope" in err.splitlines()[-1]  # the input is checked as for a local output
     code, _, err = _run(capsys, tiny_llama, data, "memory://bucket/out")
     assert code == 2 and err.startswith("bulkinfer: error: memory://bucket/out: an output on object storage must be")
     try:

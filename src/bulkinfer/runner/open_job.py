@@ -82,10 +82,11 @@ class OpenJob:
 
 def open_job(config: JobConfig) -> OpenJob:
     sources = resolve_sources(config.input, config.input_format)
+    if not is_remote(config.output):
+        _check_output_outside_inputs(config, sources)
+    check_columns(sources, config)
     if is_remote(config.output):
         return _open_remote(config, sources)
-    _check_output_outside_inputs(config, sources)
-    check_columns(sources, config)
     directory = JobDir(Path(config.output), shard_of(config))
     directory.create_root()
     directory.check_free()
