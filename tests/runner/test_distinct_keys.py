@@ -12,6 +12,7 @@ from runner_files import committed_job
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.ledger import Ledger, load_progress
 from bulkinfer.runner.outdir.result_files import FILE_CELLS, ResultFiles
+from bulkinfer.runner.rowset import RowSet
 
 # Peak RSS from /proc (VmHWM): getrusage's would include the forking test process's, kept across exec.
 MEASURE_EXPORT = """
@@ -31,7 +32,7 @@ def test_a_result_file_holds_a_bounded_number_of_values(tmp_path: Path) -> None:
     files = ResultFiles(tmp_path / "shards")
     files.directory.mkdir()
     committer = Committer(files, Ledger(tmp_path / "ledger.jsonl"), load_progress(tmp_path / "ledger.jsonl"),
-                          max_rows=10_000, commit_seconds=float("inf"))
+                          RowSet(), max_rows=10_000, commit_seconds=float("inf"))
     for index in range(4_000):
         committer.add(_row(index))
         committer.commit_if_due()

@@ -19,7 +19,8 @@ from bulkinfer.settings import expand_home
 
 
 def export_command(
-    output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
+    output: str = typer.Argument(..., help="The job's output directory (a path, or an s3:// or gs:// URL).",
+                                 callback=expand_home),
     file: str = typer.Argument(..., help="Destination: .parquet, .jsonl, .jsonl.gz or .jsonl.zst; a local file "
                                          "or an object on a store (s3://bucket/key.parquet, gs://...).",
                                callback=expand_home),
@@ -33,7 +34,7 @@ def export_command(
         if is_remote(file):
             raise UsageError(f"{file}: an OpenAI batch output file is written to a local file; export it there, "
                              f"then copy it to the store")
-        result = export_openai_batch(output, Path(file), partial=partial)
+        result = export_openai_batch(Path(output), Path(file), partial=partial)
     else:
         result = export_job(output, file, partial=partial)
     print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)
@@ -41,10 +42,13 @@ def export_command(
 
 
 def status_command(
-    output: Path = typer.Argument(..., help="The job's output directory.", callback=expand_home),
+    output: str = typer.Argument(..., help="The job's output directory (a path, or an s3:// or gs:// URL).",
+                                 callback=expand_home),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a sentence."),
     verify: bool = typer.Option(False, "--verify", help="Also check every result file's bytes and rows against "
-                                                        "the ledger (reads them all); exit 1 if any is damaged."),
+                                                        "the ledger (reads them all); exit 1 if any is damaged "
+                                                        "(on object storage, damaged files are then voided, for "
+                                                        "the next run to redo)."),
 ) -> int:
     """Result files are always checked for presence and size."""
     status = job_status(output, verify=verify)

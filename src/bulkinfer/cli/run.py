@@ -110,7 +110,7 @@ run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signa
 
 
 def _report(config: JobConfig, outcome: JobOutcome, stats: dict[str, Any]) -> None:
-    write_stats(outcome.output, shard_of(config), stats)
+    write_stats(outcome.output, shard_of(config), stats, config.storage_options)
     Console(stderr=True).print(summary_table(stats))
 
 

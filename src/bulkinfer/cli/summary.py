@@ -13,7 +13,9 @@ from bulkinfer.durable import write_atomic
 from bulkinfer.runner.config import SECRET_SETTINGS, JobConfig
 from bulkinfer.runner.job import JobOutcome
 from bulkinfer.runner.loop import Snapshot
+from bulkinfer.runner.outdir.store_errors import store_errors
 from bulkinfer.runner.shards import Shard
+from bulkinfer.runner.storage import filesystem_for, is_remote
 
 
 def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_seconds: float,
@@ -56,11 +58,18 @@ def cost_per_million(hourly_cost: float, seconds: float, tokens: int) -> float |
     return round(hourly_cost * seconds / 3600 / tokens * 1e6, 4)
 
 
-def write_stats(output: Path, shard: Shard, stats: dict[str, Any]) -> Path:
-    """stats.json, or stats-I-of-N.json for one shard of a split job, beside the job's other files."""
-    path = output / f"stats{shard.suffix}.json"
-    write_atomic(path, (json.dumps(stats, indent=2) + "\n").encode())
-    return path
+def write_stats(output: Path | str, shard: Shard, stats: dict[str, Any],
+                storage_options: dict[str, Any] | None = None) -> str:
+    """stats.json, or stats-I-of-N.json for one shard of a split job, beside the job's other files (on
+    object storage too, with `storage_options`); returns where."""
+    name, data = f"stats{shard.suffix}.json", (json.dumps(stats, indent=2) + "\n").encode()
+    if not is_remote(str(output)):
+        write_atomic(Path(output) / name, data)
+        return str(Path(output) / name)
+    url = f"{str(output).rstrip('/')}/{name}"
+    with store_errors(url):
+        filesystem_for(url, storage_options)[0].pipe_file(url, data)
+    return url
 
 
 def summary_table(stats: dict[str, Any]) -> Table:

@@ -23,6 +23,7 @@ from bulkinfer.runner.export import ExportResult, export_job
 from bulkinfer.runner.outdir.layout import JobDir
 from bulkinfer.runner.outdir.ledger import job_id
 from bulkinfer.runner.status import job_root
+from bulkinfer.runner.storage import is_remote
 
 
 def export_openai_batch(output: Path, destination: Path, partial: bool = False,
@@ -73,9 +74,12 @@ def _if_whole(line: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield line
 
 
-def is_batch_job(output: Path) -> bool:
-    """Whether the job in `output` runs an OpenAI batch file: its one input is the request table made for it."""
-    output = job_root(output)
+def is_batch_job(output: Path | str) -> bool:
+    """Whether the job in `output` runs an OpenAI batch file: its one input is the request table made for it,
+    which is local (run-batch keeps its job on the local disk)."""
+    if is_remote(str(output)):
+        return False
+    output = job_root(Path(output))
     directories = JobDir(output).siblings()
     inputs = directories[0].read_job()["inputs"] if directories else []
     return [item["path"] for item in inputs] == [str(requests_path(output))]

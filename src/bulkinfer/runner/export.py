@@ -30,7 +30,7 @@ from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
 from bulkinfer.runner.outdir.row_tables import fits, json_line, narrowed, unified_schema, widened
 from bulkinfer.runner.readers import compression_of
 from bulkinfer.runner.sources import COMPRESSION_SUFFIXES, suffix_format
-from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left
+from bulkinfer.runner.status import JobUnion, find_damage, load_union, shards_left, store_errors_at
 from bulkinfer.runner.storage import is_remote
 from bulkinfer.runner.tasks import declared_types, result_columns
 
@@ -46,18 +46,20 @@ class ExportResult:
     rows_total: int
 
 
-def export_job(output: Path, destination: Path | str, partial: bool = False, chunk_rows: int = CHUNK_ROWS,
+def export_job(output: Path | str, destination: Path | str, partial: bool = False, chunk_rows: int = CHUNK_ROWS,
                storage_options: dict[str, Any] | None = None) -> ExportResult:
-    """`destination`: a local file, or a store's URL; `storage_options`: fsspec's options for that store."""
+    """`output`: the job's directory, local or on object storage; `destination`: a local file, or a store's
+    URL; `storage_options`: fsspec's options for the store(s)."""
     remote = is_remote(str(destination))
     destination = str(destination) if remote else export_destination(Path(destination))
     name = str(destination).rsplit("/", 1)[-1]
     fmt = _destination_format(destination, name)
-    union = load_union(output)
-    _check_exportable(output, union, partial)
-    spans = list(union.result_files())
-    schema = _job_schema(spans, union.task)
-    tables = _chunks(spans, schema, chunk_rows)
+    with store_errors_at(output):
+        union = load_union(output, storage_options)
+        _check_exportable(output, union, partial)
+        spans = list(union.result_files())
+        schema = _job_schema(spans, union.task)
+    tables = _read_from(output, _chunks(spans, schema, chunk_rows))
     if remote:
         with writing_object(destination, storage_options) as file:
             rows = _write_counted(output, union, file, fmt, compression_of(name), schema, tables)
@@ -68,7 +70,7 @@ def export_job(output: Path, destination: Path | str, partial: bool = False, chu
     return ExportResult(rows, union.rows_failed, union.rows_total)
 
 
-def _write_counted(output: Path, union: JobUnion, sink: Path | IO[bytes], fmt: str, compression: str | None,
+def _write_counted(output: Path | str, union: JobUnion, sink: Path | IO[bytes], fmt: str, compression: str | None,
                    schema: pa.Schema, tables: Iterator[pa.Table]) -> int:
     """Writes every row; raises unless they are the rows the ledger lists, so that nothing is published."""
     rows = _write(sink, fmt, compression, schema, tables)
@@ -78,7 +80,7 @@ def _write_counted(output: Path, union: JobUnion, sink: Path | IO[bytes], fmt: s
     return rows
 
 
-def _check_exportable(output: Path, union: JobUnion, partial: bool) -> None:
+def _check_exportable(output: Path | str, union: JobUnion, partial: bool) -> None:
     damage = find_damage(union, full=True)
     if damage:
         others = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
@@ -113,6 +115,12 @@ def _job_schema(spans: list[tuple[ResultFiles, Commit]], task: str) -> pa.Schema
                                                                           target):
                 schema = schema.set(index, pa.field(field.name, pa.string()))
     return schema
+
+
+def _read_from(output: Path | str, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """`tables`, read from the job at `output`, whose store failing is one line (a full disk here is not)."""
+    with store_errors_at(output):
+        yield from tables
 
 
 def _chunks(spans: list[tuple[ResultFiles, Commit]], schema: pa.Schema, chunk_rows: int) -> Iterator[pa.Table]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JobOutcome:
-    output: Path
+    output: Path | str  # a URL for a job on object storage
     rows_total: int
     rows_done: int
     rows_failed: int

@@ -21,9 +21,11 @@ from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.outdir.commit import Committer
 from bulkinfer.runner.outdir.fingerprint import differences, job_fingerprint
 from bulkinfer.runner.outdir.layout import JobDir, new_manifest
-from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, job_id, load_progress
+from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, LedgerCorruptError, Void, job_id
 from bulkinfer.runner.outdir.lock import JobLock
-from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.outdir.remote_layout import RemoteJobDir
+from bulkinfer.runner.outdir.remote_ledger import RemoteLedger
+from bulkinfer.runner.outdir.store_errors import store_errors
 from bulkinfer.runner.readers import InputFile, Source, check_unchanged, input_types
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import shard_of
@@ -43,8 +45,8 @@ class OpenJob:
     rows: range  # the row positions this run does: all of them, or its shard's block
     done: RowSet
     progress: JobProgress
-    ledger: Ledger
-    lock: JobLock
+    ledger: Ledger | RemoteLedger
+    lock: JobLock | None  # None on object storage, where runs may overlap (remote_ledger)
 
     @property
     def rows_total(self) -> int:
@@ -53,8 +55,8 @@ class OpenJob:
     def committer(self, config: JobConfig, types: dict[str, pa.DataType] | None = None) -> Committer:
         """`types`: the result columns' exact types (the task's `types`), where they depend on the engine."""
         types = types or result_types(config.task, config.list_outputs)
-        files = ResultFiles(self.directory.results_path, config.output_format, input_types(self.files), types)
-        return Committer(files, self.ledger, self.progress, config.shard_rows, config.commit_seconds,
+        files = self.directory.results(config.output_format, input_types(self.files), types)
+        return Committer(files, self.ledger, self.progress, self.done, config.shard_rows, config.commit_seconds,
                          self.check_before_commit)
 
     def check_before_commit(self) -> None:
@@ -65,21 +67,26 @@ class OpenJob:
 
     def check_owner(self) -> None:
         """Raises RunError when another run may be writing here: our lock file or ledger was replaced
-        or written by someone else (a deleted .lock lets a second run in)."""
-        if not self.lock.held() or not self.ledger.written_only_by_us():
+        or written by someone else (a deleted .lock lets a second run in). On object storage no run owns
+        the job: each commit is a conditional create (remote_ledger)."""
+        if self.lock is not None and (not self.lock.held() or not self.ledger.written_only_by_us()):
             raise RunError(f"{self.directory.root}: its lock file was deleted or replaced, or another process "
                            f"wrote its ledger, while this run held it; this run stops without committing more "
                            f"(nothing committed is lost). Let the other run finish, then rerun to go on")
 
     def close(self) -> None:
         self.ledger.close()
-        self.lock.release()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def open_job(config: JobConfig) -> OpenJob:
     sources = resolve_sources(config.input, config.input_format, config.storage_options)
-    _check_output_outside_inputs(config, sources)
+    if not is_remote(config.output):
+        _check_output_outside_inputs(config, sources)
     check_columns(sources, config)
+    if is_remote(config.output):
+        return _open_remote(config, sources)
     directory = JobDir(Path(config.output), shard_of(config))
     directory.create_root()
     directory.check_free()
@@ -98,15 +105,24 @@ def open_job(config: JobConfig) -> OpenJob:
         raise
 
 
-def _take(directory: JobDir, config: JobConfig, sources: list[Source], lock: JobLock) -> OpenJob:
+def _open_remote(config: JobConfig, sources: list[Source]) -> OpenJob:
+    """A job on object storage: no lock to take, nothing local to check; the store's failures are one line."""
+    directory = RemoteJobDir(config.output, config.storage_options, shard_of(config))
+    with store_errors(directory.root):
+        directory.check_free()
+        _check_ours_alone(directory)
+        return _take(directory, config, sources, None)
+
+
+def _take(directory: JobDir, config: JobConfig, sources: list[Source], lock: JobLock | None) -> OpenJob:
     current = _as_stored(job_fingerprint(config, [identity_of(source) for source in sources]))
     _check_siblings(directory, current)
-    manifest = _this_job(directory, config, sources, current, load_progress(directory.ledger_path))
-    progress = load_progress(directory.ledger_path)  # again: a new job has removed the old ledger
-    ledger = Ledger(directory.ledger_path, job=manifest)  # cuts off a line torn by a crash first
-    done = _repair(directory, ledger, progress)
-    directory.results_path.mkdir(exist_ok=True)  # a folder removed by hand is made again; its rows are redone
-    ResultFiles(directory.results_path).remove_except({commit.file for commit in progress.files})
+    manifest = _this_job(directory, config, sources, current, directory.load_progress())
+    progress = directory.load_progress()  # again: a new job has removed the old ledger
+    done = RowSet()  # the rows of live commits, as the run learns of them
+    ledger = directory.open_ledger(manifest, progress, done)  # a local one cuts off a line torn by a crash first
+    _repair(directory, ledger, progress, done)
+    directory.prepare_results(progress)
     files = [InputFile(**item, storage_options=config.storage_options) for item in manifest["inputs"]]
     rows = directory.shard.rows(manifest["rows_total"])
     if not rows:
@@ -146,21 +162,21 @@ def _this_job(directory: JobDir, config: JobConfig, sources: list[Source], curre
     files = scan_inputs(sources)
     manifest = new_manifest(job_fingerprint(config, [file.identity() for file in files]),
                             [file.to_json() for file in files], sum(file.rows for file in files), directory.shard)
-    directory.write_manifest(manifest)
-    return manifest
+    return directory.write_manifest(manifest)
 
 
 def _named_by_every_commit(progress: JobProgress, fingerprint: dict[str, Any]) -> bool:
     return all(commit.job == job_id(fingerprint) for commit in progress.files)
 
 
-def _repair(directory: JobDir, ledger: Ledger, progress: JobProgress) -> RowSet:
+def _repair(directory: JobDir, ledger: Ledger | RemoteLedger, progress: JobProgress, done: RowSet) -> None:
     """Void every committed file that is not as committed, or that holds a row an earlier one holds;
-    returns the rows of the others, which are done."""
-    files, done = ResultFiles(directory.results_path), RowSet()
+    adds the rows of the others, which are done, to `done`. Files are checked byte for byte on disk,
+    by size on a store (where `status --verify` checks their bytes)."""
+    files = directory.results()
     for commit in progress.files:
         row_ids = commit.row_ids()
-        reason = files.damage(commit.file, commit.size, commit.digest)
+        reason = files.damage(commit.file, commit.size, commit.digest if directory.verified_at_start else None)
         if reason is None and any(row in done for row in row_ids):
             reason = "it holds rows another committed file holds"
         if reason is None:
@@ -169,9 +185,7 @@ def _repair(directory: JobDir, ledger: Ledger, progress: JobProgress) -> RowSet:
         void = Void(commit.seq, commit.file, reason)
         ledger.append(void)
         progress.void(void)
-        logger.warning("%s: %s; its %d rows will be done again", directory.results_path / commit.file, reason,
-                       commit.rows)
-    return done
+        logger.warning("%s: %s; its %d rows will be done again", files.location(commit.file), reason, commit.rows)
 
 
 def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> None:
@@ -191,7 +205,7 @@ def _check_ours_alone(directory: JobDir) -> None:
     """Before anything is written or deleted: no links among the job's files, and nothing in its results
     folder that bulkinfer did not write (a run deletes the files of its own that the ledger does not list)."""
     directory.check_entries()
-    foreign = ResultFiles(directory.results_path).foreign()
+    foreign = directory.results().foreign()
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise UsageError(f"{foreign[0]}{more}: not written by bulkinfer, in a results folder that holds only "

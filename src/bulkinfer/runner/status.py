@@ -8,15 +8,18 @@ are named until a run has reported them (`ledger_damage`). Safe to read while ru
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.outdir.layout import JobDir, task_of
-from bulkinfer.runner.outdir.ledger import Commit, JobProgress, load_progress
-from bulkinfer.runner.outdir.lock import current_holder
+from bulkinfer.runner.outdir.ledger import Commit, JobProgress
+from bulkinfer.runner.outdir.remote_layout import RemoteJobDir
 from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.outdir.store_errors import store_errors
+from bulkinfer.runner.storage import is_remote
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class ShardProgress:
         return self.progress.rows_done >= len(self.rows)
 
     def running(self) -> bool:
-        return current_holder(self.directory.lock_path) is not None
+        return self.directory.running()
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class JobUnion:
     def result_files(self) -> Iterator[tuple[ResultFiles, Commit]]:
         """Every committed result file, with the folder that reads it."""
         for shard in self.shards:
-            files = ResultFiles(shard.directory.results_path)
+            files = shard.directory.results()
             for commit in shard.progress.files:
                 yield files, commit
 
@@ -72,9 +75,13 @@ class JobUnion:
 
 @dataclass(frozen=True)
 class Damage:
-    path: Path
+    path: str
     reason: str
-    rows: int
+    commit: Commit
+
+    @property
+    def rows(self) -> int:
+        return self.commit.rows
 
     def describe(self) -> str:
         return f"{self.path}: {self.reason} ({self.rows:,} rows)"
@@ -89,7 +96,7 @@ def find_damage(union: JobUnion, full: bool) -> list[Damage]:
         if reason is None and full and sorted(files.row_ids(commit.file)) != commit.row_ids():
             reason = "its rows are not those committed"
         if reason is not None:
-            found.append(Damage(files.directory / commit.file, reason, commit.rows))
+            found.append(Damage(files.location(commit.file), reason, commit))
     return found
 
 
@@ -127,10 +134,18 @@ class JobStatus:
         return record
 
 
-def job_status(output: Path, verify: bool = False) -> JobStatus:
-    """How far the job is. Result files are checked for presence and size; with `verify`, their bytes too."""
-    union = load_union(output)
-    damage = find_damage(union, full=verify)
+def job_status(output: Path | str, verify: bool = False, storage_options: dict[str, Any] | None = None) -> JobStatus:
+    """How far the job is. Result files are checked for presence and size; with `verify`, their bytes too,
+    and on object storage the damaged ones are voided (see JobDir.settle_damage)."""
+    with store_errors_at(output):
+        union = load_union(output, storage_options)
+        damage = find_damage(union, full=verify)
+        if verify:
+            for shard in union.shards:
+                shard.directory.settle_damage(shard.directory.read_job(shard.progress),
+                                              [(item.commit, item.reason) for item in damage
+                                               if item.commit in shard.progress.files])
+        foreign = [str(path) for shard in union.shards for path in shard.directory.results().foreign()]
     rows_done = union.rows_done - sum(item.rows for item in damage)
     damaged = [item.describe() for item in damage] + ledger_damage(union)
     if union.running():
@@ -141,7 +156,6 @@ def job_status(output: Path, verify: bool = False) -> JobStatus:
         state = "complete"
     else:
         state = "interrupted"
-    foreign = [str(path) for shard in union.shards for path in ResultFiles(shard.directory.results_path).foreign()]
     return JobStatus(union.rows_total, rows_done, union.rows_failed, state, union.num_shards, union.missing,
                      union.unfinished, damaged, foreign)
 
@@ -154,13 +168,22 @@ def job_root(output: Path) -> Path:
     return output
 
 
-def load_union(output: Path) -> JobUnion:
-    output = job_root(output)
-    directories = JobDir(output).siblings()
+def store_errors_at(output: Path | str) -> ContextManager[None]:
+    """A failing store is one line (store_errors); a local directory's errors are the disk's own."""
+    return store_errors(str(output)) if is_remote(str(output)) else nullcontext()
+
+
+def load_union(output: Path | str, storage_options: dict[str, Any] | None = None) -> JobUnion:
+    """The job at `output`, a local directory or a URL on object storage."""
+    if is_remote(str(output)):
+        directories = RemoteJobDir(str(output), storage_options).siblings()
+    else:
+        output = job_root(Path(output))
+        directories = JobDir(output).siblings()
     if not directories:
         raise UsageError(f"{output}: not a bulkinfer output directory (no job.json)")
     directories[0].check_entries()  # no link among any shard's files before their ledgers and results are read
-    progresses = [load_progress(directory.ledger_path) for directory in directories]
+    progresses = [directory.load_progress() for directory in directories]
     manifests = [directory.read_job(progress) for directory, progress in zip(directories, progresses)]
     counts = {directory.shard.count for directory in directories}
     if len(counts) > 1 or any(manifest["fingerprint"] != manifests[0]["fingerprint"] for manifest in manifests):

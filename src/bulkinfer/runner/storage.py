@@ -43,7 +43,7 @@ def filesystem_for(url: str, storage_options: dict[str, Any] | None) -> tuple[fs
     if scheme in _PACKAGES:
         package, extra = _PACKAGES[scheme]
         if importlib.util.find_spec(package) is None:
-            raise UsageError(f"{url}: reading {scheme}:// needs the {package} package; install it with "
+            raise UsageError(f"{url}: {scheme}:// needs the {package} package; install it with "
                              f"pip install 'bulkinfer[{extra}]'")
     if scheme == "hf" and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         from bulkinfer.runner.hub_cache import cached_filesystem

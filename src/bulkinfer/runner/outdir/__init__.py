@@ -24,4 +24,12 @@ ledger line is durable, and no row is in two committed files. No link in the dir
     ledger.py        the ledger, and what it says is done
     commit.py        finished rows -> a result file + a ledger line
     no_links.py      no symbolic link in the directory is ever followed
+
+On object storage (s3://, gs://) the same interface keeps the same guarantees with a conditional
+create in place of rename, append and lock:
+
+    remote_layout.py  RemoteJobDir: the layout there, job.json created once
+    remote_ledger.py  one ledger entry object per commit, created only if absent
+    remote_files.py   result files written whole under names unique to their run
+    store_errors.py   a failing store is one line
 """

@@ -1,4 +1,4 @@
-"""Collect finished rows and commit them as a result file plus a ledger line, by count or by age."""
+"""Collect finished rows and commit them as a result file plus a ledger entry, by count or by age."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from typing import Any, Callable
 
 from bulkinfer.errors import disk_error
 from bulkinfer.runner.columns import ROW_INDEX
-from bulkinfer.runner.outdir.ledger import JobProgress, Ledger, make_commit
+from bulkinfer.runner.outdir.ledger import Commit, JobProgress, Ledger, make_commit
+from bulkinfer.runner.outdir.remote_ledger import RemoteLedger, SeqTaken
 from bulkinfer.runner.outdir.result_files import FILE_CELLS, ResultFiles
+from bulkinfer.runner.rowset import RowSet
 
 
 class Committer:
@@ -21,12 +23,14 @@ class Committer:
     owns the directory, or an input has changed under it.
     """
 
-    def __init__(self, files: ResultFiles, ledger: Ledger, progress: JobProgress, max_rows: int,
-                 commit_seconds: float, check: Callable[[], None] = lambda: None,
+    def __init__(self, files: ResultFiles, ledger: Ledger | RemoteLedger, progress: JobProgress, done: RowSet,
+                 max_rows: int, commit_seconds: float, check: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """`done`: the rows of every live commit the run knows of."""
         self.files = files
         self.ledger = ledger
         self.progress = progress
+        self.done = done
         self.max_rows = max_rows
         self.commit_seconds = commit_seconds
         self.check = check
@@ -56,13 +60,28 @@ class Committer:
             self.commit()
 
     def commit(self) -> None:
-        """The file first, then the ledger line: a crash between the two only leaves an orphan file."""
+        """The file first, then the ledger entry: a crash between the two only leaves an orphan file.
+
+        On object storage another run may take the entry's number first (SeqTaken): the ledger then has
+        read the entries up to the first free number, adding their rows to `done`, and the rows that no
+        live commit holds are written again under the next number. Rows in `done` are left out of every
+        try, also those that finish after the run learned of their commit. So when an entry is created,
+        its run knows every entry before it, and none of its rows is in a live commit among them."""
         self._since = self.clock()
         if not self._rows or self._failed:
             return
         self._failed = True  # until this commit is through: a failure anywhere in it is not retried
         self.check()
-        seq = self.progress.next_seq
+        while self._drop_done():
+            try:
+                commit = self._write_and_commit(self.progress.next_seq)
+            except SeqTaken:
+                continue
+            self.progress.record(commit)
+            self._rows, self._columns, self._errors = [], set(), 0
+        self._failed = False
+
+    def _write_and_commit(self, seq: int) -> Commit:
         try:
             written = self.files.write(seq, self._rows)
         except OSError as exc:
@@ -73,6 +92,13 @@ class Committer:
             self.ledger.append(commit)
         except OSError as exc:
             raise disk_error(exc, str(self.ledger.path)) from None
-        self.progress.record(commit)
-        self._rows, self._columns, self._errors, self._failed = [], set(), 0, False
+        return commit
 
+    def _drop_done(self) -> bool:
+        """Leave out the rows that another run has committed meanwhile; whether any rows are left."""
+        kept = [row for row in self._rows if row[ROW_INDEX] not in self.done]
+        if len(kept) < len(self._rows):
+            self._rows = kept
+            self._columns = {column for row in kept for column in row}
+            self._errors = sum(row["error"] is not None for row in kept)
+        return bool(self._rows)

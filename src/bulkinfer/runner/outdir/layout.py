@@ -16,10 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from bulkinfer.durable import sync_dir, write_atomic
 from bulkinfer.errors import RunError, UsageError
-from bulkinfer.runner.outdir.ledger import Damaged, JobProgress, job_id, load_progress, read_records
+from bulkinfer.runner.outdir.ledger import Commit, Damaged, JobProgress, Ledger, job_id, load_progress, read_records
+from bulkinfer.runner.outdir.lock import current_holder
 from bulkinfer.runner.outdir.no_links import link_refusal, read_no_follow
+from bulkinfer.runner.outdir.result_files import ResultFiles
+from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.shards import WHOLE, Shard
 
 MANIFEST_VERSION = 1
@@ -41,6 +46,8 @@ _RESULTS_FOLDER = re.compile(rf"shards{_SUFFIX}")
 
 
 class JobDir:
+    verified_at_start = True  # a run's start checks every committed file's bytes, not just its size
+
     def __init__(self, root: Path, shard: Shard = WHOLE) -> None:
         self.root = root
         self.shard = shard
@@ -112,7 +119,7 @@ class JobDir:
     def read_job(self, progress: JobProgress | None = None) -> dict[str, Any]:
         """The job record (job_record); RunError if no copy of it can be trusted. `progress`: the
         ledger's, if already read."""
-        record = self.job_record(progress or load_progress(self.ledger_path))
+        record = self.job_record(progress or self.load_progress())
         if record is None:
             raise RunError(f"{self.record_lost()}; rerun the job's own command to rebuild it from its inputs")
         return record
@@ -122,13 +129,13 @@ class JobDir:
         it is sound and every live commit that names a job names this one."""
         named = progress.job_ids()
         for record in (progress.job, self.read_manifest()):
-            if record is not None and _is_manifest(record) and named <= {job_id(record["fingerprint"])}:
+            if record is not None and is_manifest(record) and named <= {job_id(record["fingerprint"])}:
                 return record
         return None
 
     def record_lost(self) -> str:
         """Why no copy of the job record can be trusted."""
-        return (f"{self.root}: the job record in {self.ledger_path.name} is damaged and {self.manifest_path.name} "
+        return (f"{self.root}: the job record in {_name(self.ledger_path)} is damaged and {_name(self.manifest_path)} "
                 f"is missing, damaged or of another job, so which job its committed results belong to is unknown")
 
     def read_manifest(self) -> dict[str, Any] | None:
@@ -138,14 +145,41 @@ class JobDir:
                 manifest = json.loads(handle.read())
         except (OSError, ValueError):
             return None
-        return manifest if _is_manifest(manifest) else None
+        return manifest if is_manifest(manifest) else None
 
     def _holds_records(self) -> bool:
         return any(path.is_file() and path.stat().st_size > 0 for path in (self.manifest_path, self.ledger_path))
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
+    def write_manifest(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Write job.json; returns the job record now there."""
         self.results_path.mkdir(exist_ok=True)
         write_atomic(self.manifest_path, json.dumps(manifest, indent=1).encode())
+        return manifest
+
+    def results(self, fmt: str = "parquet", input_types: dict[str, pa.DataType] | None = None,
+                result_types: dict[str, pa.DataType] | None = None) -> ResultFiles:
+        """The results folder, writing `fmt` files (see ResultFiles)."""
+        return ResultFiles(self.results_path, fmt, input_types, result_types)
+
+    def load_progress(self) -> JobProgress:
+        return load_progress(self.ledger_path)
+
+    def open_ledger(self, job: dict[str, Any], progress: JobProgress, done: RowSet) -> Ledger:
+        """The ledger, for this run alone to append to (it holds the lock): `progress` and `done` are
+        kept by the run itself."""
+        return Ledger(self.ledger_path, job=job)
+
+    def prepare_results(self, progress: JobProgress) -> None:
+        """The results folder, made again if removed by hand (its rows are redone), without the files
+        of ours that no commit lists: a crash left them, and only this run writes here."""
+        self.results_path.mkdir(exist_ok=True)
+        self.results().remove_except({commit.file for commit in progress.files})
+
+    def running(self) -> bool:
+        return current_holder(self.lock_path) is not None
+
+    def settle_damage(self, job: dict[str, Any], damaged: list[tuple[Commit, str]]) -> None:
+        """Nothing to record: the next run checks every file's bytes as it starts, and voids the damaged."""
 
     def reset(self) -> None:
         """Forget the previous job here. The ledger goes first: without it no result file counts any more."""
@@ -161,7 +195,7 @@ def new_manifest(fingerprint: dict[str, Any], inputs: list[dict[str, Any]], rows
             "num_shards": shard.count, "shard": shard.index, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def _is_manifest(manifest: Any) -> bool:
+def is_manifest(manifest: Any) -> bool:
     """Whether `manifest` is a job record this version reads: every key there, of its type."""
     return (isinstance(manifest, dict) and manifest.get("version") == MANIFEST_VERSION
             and _typed(manifest, _MANIFEST_TYPES) and manifest["rows_total"] >= 0
@@ -174,6 +208,10 @@ def _is_input(item: Any) -> bool:
 
 def _typed(record: dict[str, Any], types: dict[str, type]) -> bool:
     return all(isinstance(record.get(key), kind) for key, kind in types.items())
+
+
+def _name(path: Path | str) -> str:
+    return str(path).rsplit("/", 1)[-1]
 
 
 def task_of(fingerprint: dict[str, Any]) -> str:

@@ -127,6 +127,22 @@ class JobProgress:
     def void(self, void: Void) -> None:
         self.commits.pop(void.seq, None)
 
+    def apply(self, record: Record, ledger: object) -> None:
+        """Fold in the ledger's next record; `ledger` names it in an error."""
+        if isinstance(record, Commit):
+            known = self.commits.get(record.seq)
+            if known is not None and known != record:
+                raise LedgerCorruptError(f"{ledger}: two different commits numbered {record.seq}")
+            self.record(record)
+        elif isinstance(record, Void):
+            self.void(record)
+        elif isinstance(record, Damaged):
+            self.damaged.append(record)
+        elif isinstance(record, DamageSeen):
+            self.damage_seen.update(record.lines)
+        else:
+            self.job = record
+
     def done_rows(self) -> RowSet:
         """Every row of a live commit; raises LedgerCorruptError if one is there twice."""
         done = RowSet()
@@ -141,19 +157,7 @@ def load_progress(ledger_path: Path) -> JobProgress:
     """Fold the ledger's records, in order."""
     progress = JobProgress()
     for record in read_records(ledger_path):
-        if isinstance(record, Commit):
-            known = progress.commits.get(record.seq)
-            if known is not None and known != record:
-                raise LedgerCorruptError(f"{ledger_path}: two different commits numbered {record.seq}")
-            progress.record(record)
-        elif isinstance(record, Void):
-            progress.void(record)
-        elif isinstance(record, Damaged):
-            progress.damaged.append(record)
-        elif isinstance(record, DamageSeen):
-            progress.damage_seen.update(record.lines)
-        else:
-            progress.job = record
+        progress.apply(record, ledger_path)
     return progress
 
 
@@ -190,17 +194,14 @@ class Ledger:
             self._write(b"\n")  # a damaged last line lost its newline: the next record must be a line of its own
         self._job_id = job_id(job["fingerprint"]) if job is not None else None
         if job is not None and last_job != job:
-            self._append("job", job)
+            self._write(_encode("job", job))
 
     def append(self, record: Commit | Void) -> None:
-        if isinstance(record, Commit):
-            self._append("commit", _on_disk(replace(record, job=self._job_id)))
-        else:
-            self._append("void", _on_disk(record))
+        self._write(encode_record(record, self._job_id))
 
     def report_damage(self, lines: list[Damaged]) -> None:
         """Record that `lines` were reported and dealt with."""
-        self._append("damage", {"lines": [[line.line, line.crc] for line in lines]})
+        self._write(encode_record(DamageSeen(tuple(lines)), None))
 
     def written_only_by_us(self) -> bool:
         """Whether the file at our path is still ours and holds nothing we did not append."""
@@ -212,9 +213,6 @@ class Ledger:
 
     def close(self) -> None:
         self._handle.close()
-
-    def _append(self, kind: str, body: dict[str, Any]) -> None:
-        self._write(_encode(kind, body))
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -236,10 +234,10 @@ def _scan(path: Path) -> Iterator[tuple[Record, int]]:
     with handle:
         for number, line in enumerate(handle, 1):
             offset += len(line)
-            record = _decode(line)
+            record = decode_record(line)
             if record is not None:
                 yield record, offset
-            elif line.endswith(b"\n") or _decode(line[:-1] + b"\n") is not None:  # a bit flip, maybe of the newline
+            elif line.endswith(b"\n") or decode_record(line[:-1] + b"\n") is not None:  # a bit flip, maybe of the newline
                 yield Damaged(number, zlib.crc32(line.rstrip(b"\n"))), offset
 
 
@@ -255,13 +253,23 @@ def _on_disk(record: Commit | Void) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
 
 
+def encode_record(record: Commit | Void | DamageSeen, job: str | None) -> bytes:
+    """A commit (stamped with `job`, a job_id), a void or a damage report as one checksummed line."""
+    if isinstance(record, Commit):
+        return _encode("commit", _on_disk(replace(record, job=job)))
+    if isinstance(record, Void):
+        return _encode("void", _on_disk(record))
+    return _encode("damage", {"lines": [[line.line, line.crc] for line in record.lines]})
+
+
 def _encode(kind: str, body: dict[str, Any]) -> bytes:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return json.dumps({kind: json.loads(text), "crc32": zlib.crc32(text.encode())},
                       separators=(",", ":")).encode() + b"\n"
 
 
-def _decode(line: bytes) -> Record | None:
+def decode_record(line: bytes) -> Record | None:
+    """The record of one line, or None if it is not a sound one."""
     if not line.endswith(b"\n"):
         return None
     try:

@@ -69,26 +69,34 @@ class ResultFiles:
         """Write rows durably as file number `seq`; returns what the ledger records of it."""
         path = self.path_of(seq)
         tmp = path.with_name(f".{path.name}.tmp")
-        rows = sorted(rows, key=lambda row: row[ROW_INDEX])  # so export's range reads touch few row groups
         with self._folder() as folder, \
                 os.fdopen(open_no_follow(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, dir_fd=folder), "w+b") as handle:
-            try:
-                self._write_rows(handle, rows)
-            except OSError:
-                raise
-            except _UNWRITABLE:
-                # One row's values must not stop every commit of every run: it becomes an error row.
-                rows = [row if self._fits(row) else _unwritable(row) for row in rows]
-                handle.seek(0)
-                handle.truncate()
-                self._write_rows(handle, rows)
+            errors = self.serialize(handle, rows)
             sync_file(handle)
             handle.seek(0)
-            errors = sum(row.get("error") is not None for row in rows)
             written = WrittenFile(path.name, os.fstat(handle.fileno()).st_size, file_digest(handle), errors)
             publish(tmp, path, dir_fd=folder)
         return written
 
+    def serialize(self, handle: IO[bytes], rows: list[dict[str, Any]]) -> int:
+        """Write `rows` in position order to the empty `handle`, the file's whole content; returns how many
+        are error rows (a row whose values cannot be written becomes one)."""
+        rows = sorted(rows, key=lambda row: row[ROW_INDEX])  # so export's range reads touch few row groups
+        try:
+            self._write_rows(handle, rows)
+        except OSError:
+            raise
+        except _UNWRITABLE:
+            # One row's values must not stop every commit of every run: it becomes an error row.
+            rows = [row if self._fits(row) else _unwritable(row) for row in rows]
+            handle.seek(0)
+            handle.truncate()
+            self._write_rows(handle, rows)
+        return sum(row.get("error") is not None for row in rows)
+
+    def location(self, name: str) -> str:
+        """Where the file `name` is, as the user reads it."""
+        return str(self.directory / name)
 
     def damage(self, name: str, size: int | None, digest: str | None) -> str | None:
         """Why the file is not what was committed (missing, another size, other bytes); None if it is."""
