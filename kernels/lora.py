@@ -14,8 +14,8 @@ Work is grouped by slot, never looped over tokens. ``token_groups`` sorts a step
 once; the returned ``LoRABatch`` is passed in place of ``token_slots`` to every projection of every
 layer, so the sort is not repeated. Tokens arrive in any order: the kernels gather each slot's rows.
 
-- The CPU path gathers the tokens in slot order, runs one matmul per slot present, and scatters the
-  rows back.
+- The CPU path (kernels/lora_cpu.py) multiplies an adapter's long runs of tokens in place and
+  gathers the scattered ones in slot order: one matmul per run or per slot present.
 - The Triton kernels share the fused MoE's alignment (kernels/fused_moe.py): each slot's tokens
   padded to whole row tiles, so every tile multiplies one adapter's matrix as one GEMM tile, for a
   decode step's few tokens per adapter as for a prefill's many; nothing is read back to the host.
@@ -31,6 +31,7 @@ import torch
 from ._triton import Launch, jit, next_power_of_2, tl
 from .fused_moe import ExpertAlignment, align_by_expert
 from .gemm_tiles import column_tile, pipeline_stages, row_tile
+from .lora_cpu import CPUGroups, lora_expand_cpu, lora_shrink_cpu
 from .target import KernelTarget, device_target
 
 
@@ -86,27 +87,6 @@ class LoRABatch:
         return self._alignments[key]
 
 
-@dataclass(frozen=True)
-class CPUGroups:
-    """The tokens that have an adapter, in slot order, and each slot's run of them."""
-
-    order: torch.Tensor  # [N] int64: token indices, grouped by slot
-    sorted_slots: torch.Tensor  # [N] int64: the slot of each token in ``order``
-    runs: tuple[tuple[int, int, int], ...]  # (slot, start, end) in ``order``, for each slot present
-
-    @classmethod
-    def of(cls, token_slots: torch.Tensor) -> CPUGroups:
-        base_tokens = int((token_slots < 0).sum())
-        order = torch.argsort(token_slots, stable=True)[base_tokens:]  # the -1s sort first
-        sorted_slots = token_slots[order]
-        slots, counts = torch.unique_consecutive(sorted_slots, return_counts=True)
-        runs, start = [], 0
-        for slot, count in zip(slots.tolist(), counts.tolist()):
-            runs.append((slot, start, start + count))
-            start += count
-        return cls(order, sorted_slots, tuple(runs))
-
-
 def token_groups(token_slots: torch.Tensor) -> LoRABatch:
     """The step's ``LoRABatch``: build it once per step, pass it to every ``lora_shrink``/``lora_expand``."""
     if token_slots.dim() != 1:
@@ -129,7 +109,7 @@ def lora_shrink(x: torch.Tensor, lora_a: torch.Tensor, token_slots: torch.Tensor
     _check_shrink(x, lora_a, batch)
     if x.device.type == "cuda":
         return lora_shrink_triton(x, lora_a, batch, scale)
-    return lora_shrink_cpu(x, lora_a, batch, scale)
+    return lora_shrink_cpu(x, lora_a, batch.cpu_groups(), scale)
 
 
 def lora_expand(y: torch.Tensor, lora_b: torch.Tensor, token_slots: torch.Tensor | LoRABatch, out: torch.Tensor,
@@ -142,34 +122,7 @@ def lora_expand(y: torch.Tensor, lora_b: torch.Tensor, token_slots: torch.Tensor
     if y.device.type == "cuda":
         lora_expand_triton(y, lora_b, batch, out, scaling)
     else:
-        lora_expand_cpu(y, lora_b, batch, out, scaling)
-
-
-def lora_shrink_cpu(x: torch.Tensor, lora_a: torch.Tensor, batch: LoRABatch, scale: float = 1.0) -> torch.Tensor:
-    groups = batch.cpu_groups()
-    y = torch.zeros(x.shape[0], lora_a.shape[1], dtype=x.dtype, device=x.device)
-    if not groups.runs:
-        return y
-    rows = x.index_select(0, groups.order)
-    sorted_y = torch.empty(rows.shape[0], lora_a.shape[1], dtype=x.dtype, device=x.device)
-    for slot, start, end in groups.runs:
-        torch.mm(rows[start:end], lora_a[slot].T, out=sorted_y[start:end])
-    if scale != 1.0:
-        sorted_y *= scale
-    return y.index_copy_(0, groups.order, sorted_y)
-
-
-def lora_expand_cpu(y: torch.Tensor, lora_b: torch.Tensor, batch: LoRABatch, out: torch.Tensor,
-                    scaling: torch.Tensor) -> None:
-    groups = batch.cpu_groups()
-    if not groups.runs:
-        return
-    # Each row scaled by its slot's factor before the matmuls: one multiply for all slots.
-    rows = y.index_select(0, groups.order) * scaling.to(y.dtype)[groups.sorted_slots, None]
-    delta = torch.empty(rows.shape[0], lora_b.shape[1], dtype=out.dtype, device=out.device)
-    for slot, start, end in groups.runs:
-        torch.mm(rows[start:end], lora_b[slot].T, out=delta[start:end])
-    out.index_add_(0, groups.order, delta)
+        lora_expand_cpu(y, lora_b, batch.cpu_groups(), out, scaling)
 
 
 def _check_shrink(x: torch.Tensor, lora_a: torch.Tensor, batch: LoRABatch) -> None:

@@ -11,18 +11,19 @@ from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 
 from bulkinfer.kernels.lora import (  # noqa: E402
     lora_expand,
-    lora_expand_cpu,
     lora_expand_ref,
     lora_expand_triton,
     lora_shrink,
-    lora_shrink_cpu,
     lora_shrink_ref,
     lora_shrink_triton,
     token_groups,
 )
+from bulkinfer.kernels.lora_cpu import lora_expand_cpu, lora_shrink_cpu  # noqa: E402
 
-SHRINKS = {"triton": lora_shrink_triton, "cpu": lora_shrink_cpu}
-EXPANDS = {"triton": lora_expand_triton, "cpu": lora_expand_cpu}
+SHRINKS = {"triton": lora_shrink_triton,
+           "cpu": lambda x, lora_a, batch, scale=1.0: lora_shrink_cpu(x, lora_a, batch.cpu_groups(), scale)}
+EXPANDS = {"triton": lora_expand_triton,
+           "cpu": lambda y, lora_b, batch, out, scaling: lora_expand_cpu(y, lora_b, batch.cpu_groups(), out, scaling)}
 
 
 def make_adapters(num_slots: int, ranks: list[int], hidden: int, out_features: int, dtype, seed: int = 0):
@@ -38,10 +39,15 @@ def make_adapters(num_slots: int, ranks: list[int], hidden: int, out_features: i
     return lora_a.to(DEVICE, dtype), lora_b.to(DEVICE, dtype), scaling.to(DEVICE)
 
 
-def random_slots(num_tokens: int, num_slots: int, seed: int = 0) -> torch.Tensor:
-    """Every slot and some base-model tokens (-1), in no order."""
+def random_slots(num_tokens: int, num_slots: int, seed: int = 0, layout: str = "scattered") -> torch.Tensor:
+    """Slots and base-model tokens (-1): each token's drawn alone ("scattered", as decode tokens), or
+    in runs of 1 to 40 tokens ("runs", as prefill chunks beside decode tokens)."""
     gen = torch.Generator().manual_seed(seed)
-    return torch.randint(-1, num_slots, (num_tokens,), generator=gen, dtype=torch.int32).to(DEVICE)
+    if layout == "scattered":
+        return torch.randint(-1, num_slots, (num_tokens,), generator=gen, dtype=torch.int32).to(DEVICE)
+    lengths = torch.randint(1, 41, (num_tokens,), generator=gen)
+    slots = torch.randint(-1, num_slots, (num_tokens,), generator=gen, dtype=torch.int32)
+    return slots.repeat_interleave(lengths)[:num_tokens].to(DEVICE)
 
 
 # (tokens, hidden, out_features, ranks per slot): decode-sized and prefill-sized batches, ranks 8..64,
@@ -53,28 +59,30 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("layout", ["scattered", "runs"])
 @pytest.mark.parametrize("path", ["triton", "cpu"])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("num_tokens,hidden,out_features,ranks", CASES)
-def test_shrink_matches_reference(path, dtype, num_tokens, hidden, out_features, ranks):
+def test_shrink_matches_reference(layout, path, dtype, num_tokens, hidden, out_features, ranks):
     lora_a, _, _ = make_adapters(len(ranks), ranks, hidden, out_features, dtype)
     x = torch.randn(num_tokens, hidden, device=DEVICE).to(dtype)
-    slots = random_slots(num_tokens, len(ranks))
+    slots = random_slots(num_tokens, len(ranks), layout=layout)
     expected = lora_shrink_ref(x, lora_a, slots, scale=0.5)
     y = SHRINKS[path](x, lora_a, token_groups(slots), scale=0.5)
     assert_close(y, expected)
     assert not y[slots.cpu() < 0].any()
 
 
+@pytest.mark.parametrize("layout", ["scattered", "runs"])
 @pytest.mark.parametrize("path", ["triton", "cpu"])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("num_tokens,hidden,out_features,ranks", CASES)
-def test_expand_into_a_column_slice_matches_reference(path, dtype, num_tokens, hidden, out_features, ranks):
+def test_expand_into_a_column_slice_matches_reference(layout, path, dtype, num_tokens, hidden, out_features, ranks):
     """``out`` is the middle part of a merged projection's output: the columns around it stay as
     they were, and so do the rows of base-model tokens."""
     _, lora_b, scaling = make_adapters(len(ranks), ranks, hidden, out_features, dtype)
     y = torch.randn(num_tokens, max(ranks), device=DEVICE).to(dtype)
-    slots = random_slots(num_tokens, len(ranks))
+    slots = random_slots(num_tokens, len(ranks), layout=layout)
     merged = torch.randn(num_tokens, out_features + 48, device=DEVICE).to(dtype)
     expected = merged.clone()
     lora_expand_ref(y, lora_b, slots, expected[:, 16:16 + out_features], scaling)
