@@ -39,15 +39,22 @@ def make_adapters(num_slots: int, ranks: list[int], hidden: int, out_features: i
     return lora_a.to(DEVICE, dtype), lora_b.to(DEVICE, dtype), scaling.to(DEVICE)
 
 
+LAYOUTS = ["scattered", "sorted", "mixed"]
+
+
 def random_slots(num_tokens: int, num_slots: int, seed: int = 0, layout: str = "scattered") -> torch.Tensor:
-    """Slots and base-model tokens (-1): each token's drawn alone ("scattered", as decode tokens), or
-    in runs of 1 to 40 tokens ("runs", as prefill chunks beside decode tokens)."""
+    """Slots and base-model tokens (-1): each token's drawn alone ("scattered", as decode tokens),
+    the same "sorted" by slot, or the first 60% in runs of 1 to 40 tokens and the rest scattered
+    ("mixed", as prefill chunks beside decode tokens)."""
     gen = torch.Generator().manual_seed(seed)
-    if layout == "scattered":
-        return torch.randint(-1, num_slots, (num_tokens,), generator=gen, dtype=torch.int32).to(DEVICE)
-    lengths = torch.randint(1, 41, (num_tokens,), generator=gen)
-    slots = torch.randint(-1, num_slots, (num_tokens,), generator=gen, dtype=torch.int32)
-    return slots.repeat_interleave(lengths)[:num_tokens].to(DEVICE)
+    scattered = torch.randint(-1, num_slots, (num_tokens,), generator=gen, dtype=torch.int32)
+    if layout == "sorted":
+        scattered = scattered.sort().values
+    elif layout == "mixed":
+        lengths = torch.randint(1, 41, (num_tokens,), generator=gen)
+        in_runs = num_tokens * 3 // 5
+        scattered[:in_runs] = scattered.repeat_interleave(lengths)[:in_runs]
+    return scattered.to(DEVICE)
 
 
 # (tokens, hidden, out_features, ranks per slot): decode-sized and prefill-sized batches, ranks 8..64,
@@ -59,7 +66,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("layout", ["scattered", "runs"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("path", ["triton", "cpu"])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("num_tokens,hidden,out_features,ranks", CASES)
@@ -73,7 +80,7 @@ def test_shrink_matches_reference(layout, path, dtype, num_tokens, hidden, out_f
     assert not y[slots.cpu() < 0].any()
 
 
-@pytest.mark.parametrize("layout", ["scattered", "runs"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("path", ["triton", "cpu"])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("num_tokens,hidden,out_features,ranks", CASES)
