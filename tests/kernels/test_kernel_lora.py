@@ -86,9 +86,11 @@ def test_shrink_matches_reference(layout, path, dtype, num_tokens, hidden, out_f
 @pytest.mark.parametrize("num_tokens,hidden,out_features,ranks", CASES)
 def test_expand_into_a_column_slice_matches_reference(layout, path, dtype, num_tokens, hidden, out_features, ranks):
     """``out`` is the middle part of a merged projection's output: the columns around it stay as
-    they were, and so do the rows of base-model tokens."""
+    they were, and so do the rows of base-model tokens. ``y`` is one part of a shrink over the
+    parts' stacked A matrices: a column slice too."""
     _, lora_b, scaling = make_adapters(len(ranks), ranks, hidden, out_features, dtype)
-    y = torch.randn(num_tokens, max(ranks), device=DEVICE).to(dtype)
+    rank = max(ranks)
+    y = torch.randn(num_tokens, 3 * rank, device=DEVICE).to(dtype)[:, rank:2 * rank]
     slots = random_slots(num_tokens, len(ranks), layout=layout)
     merged = torch.randn(num_tokens, out_features + 48, device=DEVICE).to(dtype)
     expected = merged.clone()
