@@ -8,14 +8,16 @@ each token's slot, -1 for a token of the base model. Two steps, as Punica's SGMV
 - ``lora_shrink``: y [T, R] = x @ A[slot].T * scale, zeros for base-model tokens;
 - ``lora_expand``: out [T, O] += y @ B[slot].T * scaling[slot] in place, base-model rows untouched.
   ``out`` may be a column slice of a wider output (a view with a row stride), so a merged q/k/v or
-  gate/up projection expands each of its parts into its own columns.
+  gate/up projection expands each of its parts into its own columns; ``y`` may be a column slice
+  too, so the parts' A matrices can be stacked along R and shrunk in one call.
 
 Work is grouped by slot, never looped over tokens. ``token_groups`` sorts a step's tokens by slot
 once; the returned ``LoRABatch`` is passed in place of ``token_slots`` to every projection of every
 layer, so the sort is not repeated. Tokens arrive in any order: the kernels gather each slot's rows.
 
 - The CPU path (kernels/lora_cpu.py) multiplies an adapter's long runs of tokens in place and
-  gathers the scattered ones in slot order: one matmul per run or per slot present.
+  gathers the scattered ones in slot order: one matmul per run or per slot present. A batch
+  ordered by adapter runs in place throughout, and so fastest.
 - The Triton kernels share the fused MoE's alignment (kernels/fused_moe.py): each slot's tokens
   padded to whole row tiles, so every tile multiplies one adapter's matrix as one GEMM tile, for a
   decode step's few tokens per adapter as for a prefill's many; nothing is read back to the host.
@@ -105,10 +107,10 @@ def lora_shrink(x: torch.Tensor, lora_a: torch.Tensor, token_slots: torch.Tensor
                 scale: float = 1.0) -> torch.Tensor:  # x [T, H], lora_a [S, R, H] -> [T, R] in x's dtype
     """``x[t] @ lora_a[slot[t]].T * scale`` per token, zeros where the slot is -1: Triton on CUDA,
     the grouped CPU path elsewhere."""
+    if x.device.type == "cuda":
+        return lora_shrink_triton(x, lora_a, token_slots, scale)
     batch = _as_batch(token_slots)
     _check_shrink(x, lora_a, batch)
-    if x.device.type == "cuda":
-        return lora_shrink_triton(x, lora_a, batch, scale)
     return lora_shrink_cpu(x, lora_a, batch.cpu_groups(), scale)
 
 
@@ -117,12 +119,11 @@ def lora_expand(y: torch.Tensor, lora_b: torch.Tensor, token_slots: torch.Tensor
     """``out[t] += y[t] @ lora_b[slot[t]].T * scaling[slot[t]]`` in place, rows whose slot is -1
     untouched. ``out`` may be a column slice of a wider tensor (unit column stride, any row
     stride): a merged projection expands each part into ``out[:, start:end]``."""
+    if y.device.type == "cuda":
+        return lora_expand_triton(y, lora_b, token_slots, out, scaling)
     batch = _as_batch(token_slots)
     _check_expand(y, lora_b, batch, out, scaling)
-    if y.device.type == "cuda":
-        lora_expand_triton(y, lora_b, batch, out, scaling)
-    else:
-        lora_expand_cpu(y, lora_b, batch.cpu_groups(), out, scaling)
+    lora_expand_cpu(y, lora_b, batch.cpu_groups(), out, scaling)
 
 
 def _check_shrink(x: torch.Tensor, lora_a: torch.Tensor, batch: LoRABatch) -> None:
