@@ -27,7 +27,8 @@ from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supporte
 
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
            "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
-           "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel"}
+           "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel", "_lora_shrink_kernel",
+           "_lora_expand_kernel"}
 
 
 COMPILED_ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -214,3 +215,30 @@ def test_new_batch_shapes_compile_nothing_new():
     done = subprocess.run([sys.executable, "-c", _BIND_SCRIPT], env=COMPILED_ENV, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["4", "4", "4"]
+
+
+_LORA_BIND_SCRIPT = """
+import torch
+from bulkinfer.bench.compile_check import bind
+from bulkinfer.kernels.lora import lora_expand_launch, lora_shrink_launch, token_groups
+from bulkinfer.kernels.target import KNOWN_TARGETS
+target = KNOWN_TARGETS["sm_90"]
+keys = set()
+lora_a = torch.empty(8, 16, 4096, dtype=torch.bfloat16, device="meta")
+lora_b = torch.empty(8, 4096, 16, dtype=torch.bfloat16, device="meta")
+for tokens in (17, 32, 50, 64):  # 16-row tiles for all of them, over 8 slots
+    batch = token_groups(torch.arange(tokens).remainder(9) - 1)
+    x, y, out = (torch.zeros(tokens, width, dtype=torch.bfloat16) for width in (4096, 16, 4096))
+    keys |= {bind(launch, target)[2] for launch in (lora_shrink_launch(x, lora_a, batch, y, 0.5, target),
+                                                     lora_expand_launch(y, lora_b, batch, out, torch.ones(8), target))}
+print(len(keys))
+"""
+
+
+def test_new_lora_token_counts_compile_nothing_new():
+    # A step's token count (here from 17 to 64, one row tile size) selects no new LoRA variant: one
+    # shrink and one expand.
+    done = subprocess.run([sys.executable, "-c", _LORA_BIND_SCRIPT], env=COMPILED_ENV, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "2"

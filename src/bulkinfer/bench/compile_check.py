@@ -44,6 +44,7 @@ from bulkinfer.kernels.expert_weights import ExpertWeights
 from bulkinfer.kernels.fp8_gemm import FP8, block_scales, fp8_gemm_launch, fp8_tensor_cores
 from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
 from bulkinfer.kernels.int_weight_gemm import int_weight_gemm_launch
+from bulkinfer.kernels.lora import lora_expand_launch, lora_shrink_launch, token_groups
 from bulkinfer.kernels.matmul import matmul_launch
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
 from bulkinfer.kernels.rms_norm import rms_norm_launch
@@ -287,6 +288,31 @@ def matmul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     return launches
 
 
+# LoRA: ranks 8 to max_lora_rank 64, at an 8B model's widths and the widest supported (16k);
+# a decode step (64 tokens over 8 adapters, a few per adapter) and a prefill (2,048 tokens).
+LORA_RANKS = (8, 16, 32, 64)
+LORA_WIDTHS = ((4096, 6144), (14336, 4096), (16384, 16384))  # (hidden, out): qkv, down, the widest
+LORA_SLOTS = 8
+
+
+def lora_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Shrink and expand for each rank, width and token count; the attention shape lends its dtype.
+    Adapter weights are meta tensors: only their strides count."""
+    launches = []
+    for tokens in (64, 2048):
+        batch = token_groups(torch.arange(tokens).remainder(LORA_SLOTS + 1) - 1)  # every slot, and base rows
+        for rank in LORA_RANKS:
+            for hidden, out_features in LORA_WIDTHS:
+                lora_a = torch.empty(LORA_SLOTS, rank, hidden, dtype=shape.dtype, device="meta")
+                lora_b = torch.empty(LORA_SLOTS, out_features, rank, dtype=shape.dtype, device="meta")
+                y = torch.zeros(tokens, rank, dtype=shape.dtype)
+                launches += [lora_shrink_launch(torch.zeros(tokens, hidden, dtype=shape.dtype), lora_a, batch, y,
+                                                1.0, target),
+                             lora_expand_launch(y, lora_b, batch, torch.zeros(tokens, out_features, dtype=shape.dtype),
+                                                torch.ones(LORA_SLOTS), target)]
+    return launches
+
+
 @dataclass(frozen=True)
 class KernelCheck:
     name: str
@@ -304,6 +330,7 @@ CHECKS: tuple[KernelCheck, ...] = (
     KernelCheck("int_weight_gemm", int_weight_gemm_cases),
     KernelCheck("fp8_gemm", fp8_gemm_cases),
     KernelCheck("quantized_moe", quantized_moe_cases),
+    KernelCheck("lora", lora_cases),
 )
 
 

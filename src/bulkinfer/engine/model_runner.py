@@ -124,7 +124,7 @@ class ModelRunner:
         its hidden states to ``pool`` on rank 0 when pooling requests run."""
         inputs = plan.to(self.device, self.staging)
         if self.lora is not None:
-            self.lora.batch.token_slots = inputs.lora_slots
+            self.lora.batch.begin_step(inputs.lora_slots)
         if self.decode_graphs is not None and self.decode_graphs.fits(inputs.attn):
             hidden = self.decode_graphs.run(inputs.input_ids, inputs.positions, inputs.attn)
         else:

@@ -13,14 +13,19 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bulkinfer.kernels.lora import lora_expand, lora_shrink
+from bulkinfer.kernels.lora import LoRABatch, lora_expand, lora_shrink, token_groups
 
 
 @dataclass
-class LoRABatch:
+class StepLoRASlots:
     """Which adapter slot each of the step's tokens uses, shared by every LoRA layer of one model."""
 
-    token_slots: torch.Tensor | None = None  # [num_tokens] int64, -1 = base model; None: no adapter this step
+    # Each token's slot (-1: the base model), grouped once per step for every layer; None: no adapter this step.
+    token_slots: LoRABatch | None = None
+
+    def begin_step(self, token_slots: torch.Tensor | None) -> None:
+        """The step's [num_tokens] int64 slots (-1: base), or None when no token uses an adapter."""
+        self.token_slots = None if token_slots is None else token_groups(token_slots)
 
 
 class LoRATarget:
@@ -50,7 +55,7 @@ class LoRALinear(nn.Module):
     """``base(x)`` plus each token's adapter on each target. ``base`` is any linear layer (plain or
     quantized) whose output is not summed across ranks: LoRA runs without tensor parallelism."""
 
-    def __init__(self, base: nn.Module, targets: dict[str, LoRATarget], batch: LoRABatch):
+    def __init__(self, base: nn.Module, targets: dict[str, LoRATarget], batch: StepLoRASlots):
         super().__init__()
         self.base = base
         self.targets = targets  # checkpoint projection name (q_proj, ...) -> its place in the output

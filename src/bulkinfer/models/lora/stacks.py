@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from bulkinfer.layers.lora import LoRABatch, LoRALinear, LoRATarget
+from bulkinfer.layers.lora import StepLoRASlots, LoRALinear, LoRATarget
 from bulkinfer.layers.mlp import MLP
 from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.lora.adapter import AdapterError, LoRAAdapter
@@ -17,7 +17,7 @@ from bulkinfer.models.lora.adapter import AdapterError, LoRAAdapter
 
 class LoRAStacks:
     def __init__(self, model: CausalLM, max_loras: int, max_rank: int):
-        self.batch = LoRABatch()
+        self.batch = StepLoRASlots()
         self.max_loras, self.max_rank = max_loras, max_rank
         self.targets: dict[tuple[int, str], LoRATarget] = {}  # (layer, projection) -> its slots
         weight = model.model.embed_tokens.weight
