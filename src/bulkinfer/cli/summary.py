@@ -83,3 +83,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
         table.add_row("cost", f"{stats['cost']:.4f} ({stats['cost_per_million_output_tokens']:.4f} "
                               f"per million output tokens)")
     return table
+
+
+def rows_done(outcome: JobOutcome) -> str:
+    return f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"

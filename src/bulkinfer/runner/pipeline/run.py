@@ -117,11 +117,17 @@ class Pipeline:
             raise UsageError(f"stage {stage.name}: input {stage.own.input!r} is not an earlier stage")
         return earlier.index(stage.own.input)
 
+    def input_current(self, index: int) -> bool:
+        """Whether a model stage's input table holds what its input stage's output is now."""
+        return stage_rows.table_is_current(self.directory(index) / INPUT_TABLE, self._table_identity(index))
+
+    def _table_identity(self, index: int) -> str:
+        return stage_rows.identity(self._input_identity(index), self.stages[index].template_part())
+
     def _run_model_stage(self, index: int, models: SharedModel, reporter: Callable[[Stage], Reporter | None] | None,
                          signals: StopSignals) -> JobOutcome:
         stage, directory = self.stages[index], self.directory(index)
-        table = directory / INPUT_TABLE
-        content = stage_rows.identity(self._input_identity(index), stage.template_part())
+        table, content = directory / INPUT_TABLE, self._table_identity(index)
         if not stage_rows.table_is_current(table, content):
             rows = self._templated(stage, self._input_rows(index))
             job_dir = JobDir(directory)
@@ -140,6 +146,9 @@ class Pipeline:
         source = self.sources[index]
         upstream = self._output(source).sample_columns if source is not None else []
         if stage.has_model:
+            if not self.input_current(index):
+                raise UsageError(f"stage {stage.name}: its results are of an earlier input or settings; run the "
+                                 f"pipeline again to bring it up to date")
             rows = stage_rows.read_results(self.directory(index))
         else:
             rows = [_errors_shown(row) for row in self._templated(stage, self._input_rows(index))]

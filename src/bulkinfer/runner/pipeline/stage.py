@@ -58,6 +58,20 @@ def stage_job_keys() -> list[Setting]:
     return [s for s in job_settings() if s.name not in NOT_STAGE_KEYS]
 
 
+def split_table(table: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A [[stages]] table's own keys and its job's keys; a stage with no name, or a key of the whole
+    pipeline's, is refused."""
+    own_names = {s.name for s in stage_keys()}
+    own = {key: value for key, value in table.items() if key in own_names}
+    job = {key: value for key, value in table.items() if key not in own_names}
+    if not isinstance(own.get("name"), str) or not own["name"]:
+        raise UsageError(f"every stage needs a name, got {table.get('name')!r}")
+    refused = sorted(set(job) & set(NOT_STAGE_KEYS))
+    if refused:
+        raise UsageError(f"stage {own['name']}: {', '.join(refused)} is set for the whole pipeline, not a stage")
+    return own, job
+
+
 class Stage:
     """A stage checked in full: its transforms compiled, its job's settings valid."""
 
@@ -73,15 +87,11 @@ class Stage:
     @classmethod
     def from_table(cls, table: dict[str, Any]) -> Stage:
         """A stage from its keys: its own and a job's, mixed as in a [[stages]] table."""
-        own_names = {s.name for s in stage_keys()}
-        own = {key: value for key, value in table.items() if key in own_names}
-        job = {key: value for key, value in table.items() if key not in own_names}
-        if not isinstance(own.get("name"), str) or not own["name"]:
-            raise UsageError(f"every stage needs a name, got {table.get('name')!r}")
-        refused = sorted(set(job) & set(NOT_STAGE_KEYS))
-        if refused:
-            raise UsageError(f"stage {own['name']}: {', '.join(refused)} is set for the whole pipeline, not a stage")
-        return cls(StageSettings(**own), job)
+        own, job = split_table(table)
+        try:
+            return cls(StageSettings(**own), job)
+        except TypeError as exc:
+            raise UsageError(f"stage {own['name']}: {exc}") from None
 
     @property
     def has_model(self) -> bool:
