@@ -59,6 +59,7 @@ class Pipeline:
             raise UsageError("a pipeline needs at least one stage")
         self.stages = [stage if isinstance(stage, Stage) else Stage.from_table(stage) for stage in stages]
         self.sources = [self._source_of(index) for index in range(len(self.stages))]
+        self.models = SharedModel()  # one model loaded at a time, kept for the next stage that runs it
         self._outputs: dict[int, StageOutput] = {}
 
     @classmethod
@@ -76,15 +77,15 @@ class Pipeline:
                 return self.run(reporter, signals)
         take_output(self.output)
         write_record(self.output, self.record())
-        models, outcomes = SharedModel(), []
+        outcomes = []
         try:
             for index, stage in enumerate(self.stages):
-                job = self._run_model_stage(index, models, reporter, signals) if stage.has_model else None
+                job = self._run_model_stage(index, reporter, signals) if stage.has_model else None
                 outcomes.append(StageOutcome(stage.name, job))
                 if job is not None and not job.complete:
                     break
         finally:
-            models.release()
+            self.models.release()
         return outcomes
 
     def rows(self, stage: str | None = None) -> list[Row]:
@@ -124,7 +125,7 @@ class Pipeline:
     def _table_identity(self, index: int) -> str:
         return stage_rows.identity(self._input_identity(index), self.stages[index].template_part())
 
-    def _run_model_stage(self, index: int, models: SharedModel, reporter: Callable[[Stage], Reporter | None] | None,
+    def _run_model_stage(self, index: int, reporter: Callable[[Stage], Reporter | None] | None,
                          signals: StopSignals) -> JobOutcome:
         stage, directory = self.stages[index], self.directory(index)
         table, content = directory / INPUT_TABLE, self._table_identity(index)
@@ -134,7 +135,7 @@ class Pipeline:
             job_dir.check_free()
             job_dir.create_root()
             stage_rows.write_table(table, rows, content)
-        return run_job(stage.job_config(table, directory), reporter(stage) if reporter else None, models, signals)
+        return run_job(stage.job_config(table, directory), reporter(stage) if reporter else None, self.models, signals)
 
     def _output(self, index: int) -> StageOutput:
         if index not in self._outputs:
