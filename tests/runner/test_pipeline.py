@@ -96,3 +96,12 @@ def test_best_of_n_keeps_the_highest_reward_of_each_prompt(tmp_path: Path, rewar
         candidates = [other["reward"] for other in scored if other["source_row"] == row["source_row"]]
         assert len(candidates) == 3 and row["reward"] == max(candidates)
     assert json.loads((tmp_path / "out" / "pipeline.json").read_text())["stages"][2]["stage"]["keep_top"] == 1
+
+
+def test_a_template_reads_the_column_its_own_stage_replaces(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "in.jsonl", PROBLEMS)
+    rewrite = dict(name="rewrite", model=DEMO, max_tokens=5, prompt_template="{generated_text}+1=")
+    pipeline = Pipeline(str(data), tmp_path / "out", [dict(name="generate", model=DEMO, max_tokens=5), rewrite])
+    pipeline.run()
+    assert [row["prompt"] for row in pipeline.rows()] == [f"{row['answer']}+1=" for row in PROBLEMS]
+    assert [row["generated_text"] for row in pipeline.rows()] == [str(int(row["answer"]) + 1) for row in PROBLEMS]

@@ -28,7 +28,7 @@ from bulkinfer.runner.outdir.row_tables import json_line
 from bulkinfer.runner.readers import read_rows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import identity_of, resolve_sources, scan_inputs
-from bulkinfer.runner.pipeline.transforms import ERROR, SOURCE_ROW, Row, is_sound
+from bulkinfer.runner.pipeline.transforms import ERROR, SOURCE_ROW, Row
 
 # Why a row could not be sent to a stage's model (an unreadable input line, a template's missing
 # column): it goes into the input table and becomes the row's error in the stage's output.
@@ -81,11 +81,10 @@ def read_results(stage_dir: Path) -> list[Row]:
     return rows
 
 
-def next_input(rows: list[Row], reserved: tuple[str, ...]) -> list[Row]:
-    """What a later stage reads of a stage's output: its sound rows, without the columns the next
-    stage's task writes itself (its results replace them) or `error`."""
-    dropped = {ERROR, *reserved}
-    return [{key: value for key, value in row.items() if key not in dropped} for row in rows if is_sound(row)]
+def without(rows: list[Row], columns: tuple[str, ...]) -> list[Row]:
+    """The rows without `columns`: a later stage's task writes those itself, and its results replace them."""
+    dropped = set(columns)
+    return [{key: value for key, value in row.items() if key not in dropped} for row in rows]
 
 
 def write_table(path: Path, rows: list[Row], content: str) -> None:

@@ -30,7 +30,7 @@ from bulkinfer.runner.pipeline.layout import check_stage_name, stage_dir, take_o
 from bulkinfer.runner.pipeline.models import SharedModel
 from bulkinfer.runner.pipeline.rows import PIPELINE_ERROR, Row
 from bulkinfer.runner.pipeline.stage import Stage
-from bulkinfer.runner.pipeline.transforms import ERROR, explode, keep_top, keep_where
+from bulkinfer.runner.pipeline.transforms import ERROR, explode, is_sound, keep_top, keep_where
 from bulkinfer.runner.signals import StopSignals
 from bulkinfer.runner.tasks import reserved_columns
 
@@ -130,7 +130,8 @@ class Pipeline:
         stage, directory = self.stages[index], self.directory(index)
         table, content = directory / INPUT_TABLE, self._table_identity(index)
         if not stage_rows.table_is_current(table, content):
-            rows = self._templated(stage, self._input_rows(index))
+            # Rendered first: a template may read a column this stage's own results replace (generated_text).
+            rows = stage_rows.without(self._templated(stage, self._input_rows(index)), reserved_columns(stage.task))
             job_dir = JobDir(directory)
             job_dir.check_free()
             job_dir.create_root()
@@ -165,12 +166,10 @@ class Pipeline:
         return StageOutput(rows, samples)
 
     def _input_rows(self, index: int) -> list[Row]:
-        stage, source = self.stages[index], self.sources[index]
-        reserved = reserved_columns(stage.task) if stage.has_model else ()
+        source = self.sources[index]
         if source is None:
-            rows = stage_rows.read_input(self.inputs, self.input_format)
-            return [{key: value for key, value in row.items() if key not in reserved} for row in rows]
-        return stage_rows.next_input(self._output(source).rows, reserved)
+            return stage_rows.read_input(self.inputs, self.input_format)
+        return stage_rows.without([row for row in self._output(source).rows if is_sound(row)], (ERROR,))
 
     def _input_identity(self, index: int) -> str:
         source = self.sources[index]
