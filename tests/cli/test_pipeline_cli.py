@@ -87,3 +87,12 @@ def test_mistakes_in_a_pipeline_file_are_one_line(capsys, tmp_path: Path, stages
 def test_flags_do_not_apply_to_a_pipeline_file(capsys, tmp_path: Path) -> None:
     code, _, err = invoke(capsys, "run", _pipeline(tmp_path, STAGES), "--max-tokens", "3")
     assert "set max_tokens in its stages" in one_line_error(code, err)
+
+
+@pytest.mark.parametrize("recipe", sorted((Path(__file__).resolve().parents[2] / "examples" / "pipelines").glob("*.toml")))
+def test_the_recipes_are_pipelines_whose_every_stage_is_valid(recipe: Path) -> None:
+    from bulkinfer.cli.jobfile import load_toml
+    from bulkinfer.cli.pipeline_file import read_pipeline
+
+    pipeline = read_pipeline(recipe, load_toml(recipe))
+    assert len(pipeline.stages) >= 1 and all(stage.has_model for stage in pipeline.stages)

@@ -105,3 +105,4 @@ def test_a_template_reads_the_column_its_own_stage_replaces(tmp_path: Path) -> N
     pipeline.run()
     assert [row["prompt"] for row in pipeline.rows()] == [f"{row['answer']}+1=" for row in PROBLEMS]
     assert [row["generated_text"] for row in pipeline.rows()] == [str(int(row["answer"]) + 1) for row in PROBLEMS]
+    assert "tool_calls" not in pipeline.rows()[0]  # a column no row has a value in is left out, as export does

@@ -68,16 +68,20 @@ def read_input(inputs: list[str], input_format: str | None) -> list[Row]:
 
 def read_results(stage_dir: Path) -> list[Row]:
     """A complete model stage's rows in input order, through export (every file checked against the
-    ledger); a row that failed before its model ran gets that reason as its error."""
+    ledger); a row that failed before its model ran gets that reason as its error. The error column is
+    always there."""
     with tempfile.TemporaryDirectory(prefix="bulkinfer-stage-") as folder:
         destination = Path(folder) / "results.parquet"
         export_job(stage_dir, destination)
-        rows = pq.read_table(destination).to_pylist()
+        table = pq.read_table(destination)
+    # Columns no row has a value in (a generation's reasoning, tool calls) are left out, as export leaves
+    # them out of a JSONL file.
+    table = table.select([name for name in table.column_names if table.column(name).null_count < table.num_rows])
+    rows = table.to_pylist()
     for row in rows:
         row.pop(ROW_INDEX, None)
         reason = row.pop(PIPELINE_ERROR, None)
-        if reason is not None:
-            row[ERROR] = reason
+        row[ERROR] = reason if reason is not None else row.get(ERROR)
     return rows
 
 

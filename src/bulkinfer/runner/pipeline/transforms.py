@@ -25,16 +25,17 @@ def is_sound(row: Row) -> bool:
 
 
 def explode(rows: Iterable[Row], sample_columns: list[str]) -> list[Row]:
-    """Each row becomes one row per sample: the i-th element of each of `sample_columns`, output_index i."""
+    """Each row becomes one row per sample: the i-th element of each of `sample_columns` it has, output_index i."""
     exploded = []
     for row in rows:
-        samples = [row.get(column) for column in sample_columns]
+        present = [column for column in sample_columns if column in row]
+        samples = [row[column] for column in present]
         lengths = {len(values) for values in samples if isinstance(values, list)}
         if not is_sound(row) or not lengths:
             exploded.append(row)
             continue
         for index in range(max(lengths)):
-            sample = {column: _item(values, index) for column, values in zip(sample_columns, samples)}
+            sample = {column: _item(values, index) for column, values in zip(present, samples)}
             exploded.append({**row, **sample, OUTPUT_INDEX: index})
     return exploded
 
