@@ -2,6 +2,7 @@
 mistakes in a pipeline file that are refused in one line before anything runs."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,20 @@ def test_the_recipes_are_pipelines_whose_every_stage_is_valid(recipe: Path) -> N
 
     pipeline = read_pipeline(recipe, load_toml(recipe))
     assert len(pipeline.stages) >= 1 and all(stage.has_model for stage in pipeline.stages)
+
+
+def test_status_and_export_see_a_stage_whose_input_changed_since_it_ran(capsys, tmp_path: Path) -> None:
+    path = _pipeline(tmp_path, STAGES)
+    code, _, err = invoke(capsys, "run", path)
+    assert code == 0, err
+    table = tmp_path / "out" / "stages" / "03-plus_one" / "input-table.jsonl"
+    stat = table.stat()
+    os.utime(table, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # as if written for another input
+    code, out, _ = invoke(capsys, "status", tmp_path / "out", "--json")
+    assert [stage["state"] for stage in json.loads(out)["stages"]] == ["complete", "transform", "out of date"]
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "final.jsonl")
+    assert "run the pipeline again" in one_line_error(code, err)
+    code, _, err = invoke(capsys, "run", path)
+    assert code == 0, err
+    code, out, _ = invoke(capsys, "status", tmp_path / "out")
+    assert out.splitlines()[2] == "stage 3 plus_one: complete: 4 of 4 rows done, 0 with errors"

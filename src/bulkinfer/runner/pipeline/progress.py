@@ -30,7 +30,7 @@ class StageStatus:
     job: JobStatus | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"stage": self.name, "state": self.state, **(self.job.to_json() if self.job else {})}
+        return {**(self.job.to_json() if self.job else {}), "stage": self.name, "state": self.state}
 
 
 def pipeline_status(output: Path, verify: bool = False) -> list[StageStatus]:
