@@ -90,7 +90,10 @@ def test_flags_do_not_apply_to_a_pipeline_file(capsys, tmp_path: Path) -> None:
     assert "set max_tokens in its stages" in one_line_error(code, err)
 
 
-@pytest.mark.parametrize("recipe", sorted((Path(__file__).resolve().parents[2] / "examples" / "pipelines").glob("*.toml")))
+RECIPES = Path(__file__).resolve().parents[2] / "examples" / "pipelines"
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.toml")), ids=lambda path: path.stem)
 def test_the_recipes_are_pipelines_whose_every_stage_is_valid(recipe: Path) -> None:
     from bulkinfer.cli.jobfile import load_toml
     from bulkinfer.cli.pipeline_file import read_pipeline

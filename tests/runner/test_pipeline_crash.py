@@ -1,6 +1,7 @@
 """A three-stage pipeline killed with SIGKILL at random moments in each stage resumes where it stopped,
 and its final export equals that of an uninterrupted run."""
 
+import functools
 import random
 import subprocess
 import sys
@@ -50,12 +51,13 @@ def test_a_pipeline_killed_in_each_stage_exports_what_an_uninterrupted_run_does(
     out = tmp_path / "out"
     pipeline_file = tmp_path / "pipeline.toml"
     pipeline_file.write_text(_toml(stages, data, out))
-    run = lambda: subprocess.Popen([sys.executable, str(DRIVER), "none", "0", "run", str(pipeline_file)],  # noqa: E731
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = functools.partial(subprocess.Popen, [sys.executable, str(DRIVER), "none", "0", "run", str(pipeline_file)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     kills = 0
     for number, name in enumerate(STAGE_NAMES, 1):
         stage_dir = out / "stages" / f"{number:02d}-{name}"
-        kills += kill_at_random(run, lambda: commits(stage_dir), lambda: _consistent(out), generator, 1, 0.5)
+        kills += kill_at_random(run, functools.partial(commits, stage_dir), functools.partial(_consistent, out),
+                                generator, 1, 0.5)
     assert kills >= 2
     process = run()
     _, err = process.communicate(timeout=300)

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from bulkinfer.cli.batch_format import check_format
+from bulkinfer.cli.summary import rows_done
 from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
@@ -58,8 +59,7 @@ def status_command(
         print(json.dumps(status.to_json()))
     else:
         left = shards_left(status.num_shards, status.missing_shards, status.unfinished_shards)
-        print(f"{status.state}: {status.rows_done:,} of {status.rows_total:,} rows done, "
-              f"{status.rows_failed:,} with errors{left}")
+        print(f"{status.state}: {rows_done(status)}{left}")
         for damage in status.damaged:
             print(f"  damaged: {damage}")
         for path in status.foreign:
@@ -78,7 +78,7 @@ def _pipeline_status(output: Path, as_json: bool, verify: bool) -> int:
     else:
         for number, stage in enumerate(stages, 1):
             job = stage.job
-            rows = f": {job.rows_done:,} of {job.rows_total:,} rows done, {job.rows_failed:,} with errors" if job else ""
+            rows = f": {rows_done(job)}" if job else ""
             print(f"stage {number} {stage.name}: {stage.state}{rows}")
             for damage in job.damaged if job else []:
                 print(f"  damaged: {damage}")

@@ -13,6 +13,7 @@ from bulkinfer.durable import write_atomic
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.job import JobOutcome
 from bulkinfer.runner.loop import Snapshot
+from bulkinfer.runner.status import JobStatus
 from bulkinfer.runner.shards import Shard
 
 
@@ -85,5 +86,5 @@ def summary_table(stats: dict[str, Any]) -> Table:
     return table
 
 
-def rows_done(outcome: JobOutcome) -> str:
+def rows_done(outcome: JobOutcome | JobStatus) -> str:
     return f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"

@@ -69,8 +69,8 @@ def _allowed(node: ast.AST) -> bool:
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return all(isinstance(element, ast.Constant) or _is_negative_number(element) for element in node.elts)
     if isinstance(node, ast.Compare):
-        return all(type(op) in _COMPARE for op in node.ops) and all(
-            _literal_collection(right) for op, right in zip(node.ops, node.comparators) if isinstance(op, (ast.In, ast.NotIn)))
+        memberships = [right for op, right in zip(node.ops, node.comparators) if isinstance(op, (ast.In, ast.NotIn))]
+        return all(type(op) in _COMPARE for op in node.ops) and all(map(_literal_collection, memberships))
     if isinstance(node, ast.BinOp):
         return type(node.op) in _ARITHMETIC
     if isinstance(node, ast.UnaryOp):

@@ -52,7 +52,9 @@ class StageOutput:
 class Pipeline:
     def __init__(self, input: str | list[str], output: str | Path, stages: list[Stage | dict[str, Any]],
                  input_format: str | None = None) -> None:
-        self.inputs = [input] if isinstance(input, str) else [str(path) for path in input]
+        # Absolute, so that status and export find them from any directory.
+        given = [input] if isinstance(input, str) else input
+        self.inputs = [str(Path(path).expanduser().absolute()) for path in given]
         self.input_format = input_format
         self.output = Path(output).expanduser().resolve()
         if not stages:
@@ -75,6 +77,7 @@ class Pipeline:
         if signals is None:
             with StopSignals() as signals:
                 return self.run(reporter, signals)
+        stage_rows.input_identity(self.inputs, self.input_format)  # a missing input: refused before any write
         take_output(self.output)
         write_record(self.output, self.record())
         outcomes = []
