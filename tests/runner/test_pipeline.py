@@ -106,3 +106,13 @@ def test_a_template_reads_the_column_its_own_stage_replaces(tmp_path: Path) -> N
     assert [row["prompt"] for row in pipeline.rows()] == [f"{row['answer']}+1=" for row in PROBLEMS]
     assert [row["generated_text"] for row in pipeline.rows()] == [str(int(row["answer"]) + 1) for row in PROBLEMS]
     assert "tool_calls" not in pipeline.rows()[0]  # a column no row has a value in is left out, as export does
+
+
+def test_a_messages_template_is_rendered_with_the_chat_template(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "in.jsonl", PROBLEMS)
+    chat = dict(name="chat", model=DEMO, max_tokens=5, messages_template=[{"role": "user", "content": "{prompt}"}])
+    pipeline = Pipeline(str(data), tmp_path / "out", [chat])
+    pipeline.run()
+    rows = pipeline.rows()
+    assert [row["messages"] for row in rows] == [[{"role": "user", "content": row["prompt"]}] for row in PROBLEMS]
+    assert [row["generated_text"] for row in rows] == [row["answer"] for row in PROBLEMS]

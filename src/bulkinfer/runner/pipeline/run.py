@@ -78,6 +78,7 @@ class Pipeline:
             with StopSignals() as signals:
                 return self.run(reporter, signals)
         stage_rows.input_identity(self.inputs, self.input_format)  # a missing input: refused before any write
+        self._outputs.clear()  # what an earlier run() read may have been redone since
         take_output(self.output)
         write_record(self.output, self.record())
         outcomes = []
