@@ -117,3 +117,11 @@ def test_status_and_export_see_a_stage_whose_input_changed_since_it_ran(capsys, 
     assert code == 0, err
     code, out, _ = invoke(capsys, "status", tmp_path / "out")
     assert out.splitlines()[2] == "stage 3 plus_one: complete: 4 of 4 rows done, 0 with errors"
+
+
+def test_a_stage_with_fail_on_error_fails_the_pipeline_when_it_has_error_rows(capsys, tmp_path: Path) -> None:
+    stages = f'[[stages]]\nname = "hinted"\nmodel = "{DEMO_MODEL}"\nmax_tokens = 4\nprompt_template = "{{hint}}"\n'
+    code, _, err = invoke(capsys, "run", _pipeline(tmp_path, stages))
+    assert code == 0, err  # every row an error row, but the stage does not ask to fail on them
+    code, _, err = invoke(capsys, "run", _pipeline(tmp_path, stages + "fail_on_error = true\n"))
+    assert code == 1 and "stage hinted has 4 error rows (fail_on_error)" in err

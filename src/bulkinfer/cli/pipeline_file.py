@@ -67,7 +67,12 @@ def run_pipeline_file(path: Path, values: dict[str, Any]) -> int:
         return 128 + last.stopped_by if last.stopped_by is not None else 1
     print(f"bulkinfer: pipeline complete. Export its output with: bulkinfer export {pipeline.output} "
           f"RESULTS.parquet (one stage's: --stage NAME)", file=sys.stderr)
-    return 0
+    failing = [outcome for outcome, stage in zip(outcomes, pipeline.stages)
+               if outcome.job is not None and outcome.job.rows_failed and stage.job.get("fail_on_error")]
+    for outcome in failing:
+        print(f"bulkinfer: stage {outcome.stage} has {outcome.job.rows_failed:,} error rows (fail_on_error)",
+              file=sys.stderr)
+    return 1 if failing else 0
 
 
 def _stage(path: Path, table: dict[str, Any]) -> Stage:
