@@ -125,3 +125,17 @@ def test_a_stage_with_fail_on_error_fails_the_pipeline_when_it_has_error_rows(ca
     assert code == 0, err  # every row an error row, but the stage does not ask to fail on them
     code, _, err = invoke(capsys, "run", _pipeline(tmp_path, stages + "fail_on_error = true\n"))
     assert code == 1 and "stage hinted has 4 error rows (fail_on_error)" in err
+
+
+def test_rows_that_fit_no_parquet_schema_are_refused_in_one_line_and_export_to_jsonl(capsys, tmp_path: Path) -> None:
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"prompt": "1+1=", "tag": 5}\n{"prompt": "2+2=", "tag": "five"}\n')
+    path = tmp_path / "pipeline.toml"
+    path.write_text(f'input = "{data}"\noutput = "{tmp_path / "out"}"\n[[stages]]\nname = "keep"\nfilter = "True"\n')
+    code, _, err = invoke(capsys, "run", path)
+    assert code == 0, err
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "rows.parquet")
+    assert "export to .jsonl instead" in one_line_error(code, err)
+    code, _, err = invoke(capsys, "export", tmp_path / "out", tmp_path / "rows.jsonl")
+    assert code == 0, err
+    assert [json.loads(line)["tag"] for line in (tmp_path / "rows.jsonl").read_text().splitlines()] == [5, "five"]

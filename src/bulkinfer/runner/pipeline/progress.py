@@ -57,7 +57,7 @@ def export_pipeline(output: Path, destination: Path, stage: str | None = None) -
         raise UsageError(f"{destination}: name it .parquet or .jsonl (optionally .jsonl.gz or .jsonl.zst)")
     with writing(destination) as tmp:
         if fmt == "parquet":
-            pq.write_table(pa.Table.from_pylist(rows), tmp)
+            pq.write_table(_table(rows, destination), tmp)
         else:
             with pa.output_stream(str(tmp), compression="detect") as stream:
                 for row in rows:
@@ -65,6 +65,14 @@ def export_pipeline(output: Path, destination: Path, stage: str | None = None) -
         os.replace(tmp, destination)
     failed = sum(not is_sound(row) for row in rows)
     return ExportResult(len(rows), failed, len(rows))
+
+
+def _table(rows: list[dict[str, Any]], destination: Path) -> pa.Table:
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # a column with values of several types across rows
+        raise UsageError(f"{destination}: the rows do not fit one Parquet schema ({exc}); export to .jsonl "
+                         f"instead") from None
 
 
 def open_pipeline(output: Path) -> Pipeline:
