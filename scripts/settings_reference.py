@@ -15,6 +15,7 @@ from bulkinfer.cli.run import RunCommandSettings
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.integrations.ray_job import RaySettings
 from bulkinfer.runner.config import JobConfig
+from bulkinfer.runner.pipeline.stage import StageSettings
 from bulkinfer.pooling_params import PoolingParams
 from bulkinfer.sampling_params import SamplingParams
 from bulkinfer.settings import Setting, settings_of
@@ -33,6 +34,9 @@ SECTIONS = [
     ("The run command", RunCommandSettings, "Settings of `bulkinfer run` beside the job's; job files take them too."),
     ("Ray executor", RaySettings, "With `--executor ray` (see scale-out.md)."),
 ]
+# Keys of a pipeline file's [[stages]] tables, beside a job's keys; they have no flags.
+STAGE_SECTION = ("Pipeline stages", StageSettings, "Fields of `StageSettings`: a pipeline stage's own keys, "
+                 "beside the job keys it takes (see pipelines.md). A pipeline file has no flags.")
 
 
 def reference() -> str:
@@ -43,17 +47,24 @@ def reference() -> str:
         lines += [f"## {title}", "", intro, "", "| key | flag | default | meaning |", "|---|---|---|---|"]
         lines += [_row(setting) for setting in settings_of(cls)]
         lines.append("")
+    title, cls, intro = STAGE_SECTION
+    lines += [f"## {title}", "", intro, "", "| key | default | meaning |", "|---|---|---|"]
+    lines += [_row(setting, flag=False) for setting in settings_of(cls)]
+    lines.append("")
     return "\n".join(lines)
 
 
-def _row(setting: Setting) -> str:
-    flag = flag_of(setting)
-    if setting.is_bool:
-        flag = f"{flag} / --no-{flag.removeprefix('--')}"
+def _row(setting: Setting, flag: bool = True) -> str:
     default = "required" if setting.required else f"`{setting.default!r}`"
     if setting.default != setting.field_default:
         default += f" (Python API: `{setting.field_default!r}`)"
-    return f"| `{setting.name}` | `{flag}` | {default} | {setting.help.replace('|', '/')} |"
+    meaning = setting.help.replace('|', '/')
+    if not flag:
+        return f"| `{setting.name}` | {default} | {meaning} |"
+    spelled = flag_of(setting)
+    if setting.is_bool:
+        spelled = f"{spelled} / --no-{spelled.removeprefix('--')}"
+    return f"| `{setting.name}` | `{spelled}` | {default} | {meaning} |"
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from runner_files import committed
 
@@ -73,21 +75,32 @@ def killed_and_resumed(model: Path, data: Path | str, out: Path | str, extra: tu
                        env: dict[str, str] | None = None) -> None:
     """Run the job in a child process, SIGKILL it at random moments after a commit (at least kills[0] times,
     at most kills[1]), checking what each kill leaves; then run it to the end. `env`: see start."""
-    generator, done = random.Random(seed), 0
+    run = functools.partial(start, model, data, out, extra=extra, env=env)
+    done = kill_at_random(run, lambda: commits(out), lambda: assert_consistent(out), random.Random(seed), kills[1],
+                          longest_wait)
+    assert done >= kills[0]
+    process = run()
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+
+
+def kill_at_random(run: Callable[[], subprocess.Popen], progress: Callable[[], int], check: Callable[[], None],
+                   generator: random.Random, most: int, longest_wait: float) -> int:
+    """Start `run()` again and again, SIGKILLing it at a random instant once `progress()` (its commits) has
+    grown, and calling `check()` after each end, until `most` kills or a run that finishes on its own; the
+    number of kills."""
+    done = 0
     for _ in range(6):
-        process = start(model, data, out, extra=extra, env=env)
-        before = commits(out)
-        if wait_for(lambda: commits(out) > before, process):  # work is going on: kill at a random instant of it
+        process = run()
+        before = progress()
+        if wait_for(lambda: progress() > before, process):  # work is going on: kill at a random instant of it
             try:
                 process.wait(timeout=generator.uniform(0.0, longest_wait))  # it may finish on its own meanwhile
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGKILL)
                 done += 1
         process.communicate(timeout=300)
-        assert_consistent(out)
-        if done == kills[1] or process.returncode == 0:
+        check()
+        if done == most or process.returncode == 0:
             break
-    assert done >= kills[0]
-    process = start(model, data, out, extra=extra, env=env)
-    _, err = process.communicate(timeout=300)
-    assert process.returncode == 0, err
+    return done

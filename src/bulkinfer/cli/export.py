@@ -10,9 +10,12 @@ from typing import Optional
 import typer
 
 from bulkinfer.cli.batch_format import check_format
+from bulkinfer.cli.summary import rows_done
 from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.export import export_job
+from bulkinfer.runner.pipeline.layout import is_pipeline
+from bulkinfer.runner.pipeline.progress import export_pipeline, pipeline_status
 from bulkinfer.runner.status import job_status, shards_left
 from bulkinfer.runner.storage import is_remote
 from bulkinfer.settings import expand_home
@@ -29,8 +32,17 @@ def export_command(
                                          help="rows (every column) or openai-batch (OpenAI Batch API output "
                                               "lines) (default: openai-batch for a job run with --format "
                                               "openai-batch, else rows)."),
+    stage: Optional[str] = typer.Option(None, "--stage", show_default=False,
+                                        help="For a pipeline's output directory: this stage's rows (default: "
+                                             "the last stage's)."),
 ) -> int:
-    if check_format(format or ("openai-batch" if is_batch_job(output) else "rows")) == "openai-batch":
+    if is_pipeline(output) or stage is not None:
+        if format not in (None, "rows") or partial:
+            raise UsageError("a pipeline exports its complete stages' rows: drop --format and --partial")
+        if is_remote(file):
+            raise UsageError(f"{file}: a pipeline exports to a local file; export it there, then copy it to the store")
+        result = export_pipeline(Path(output), Path(file), stage)
+    elif check_format(format or ("openai-batch" if is_batch_job(output) else "rows")) == "openai-batch":
         if is_remote(file):
             raise UsageError(f"{file}: an OpenAI batch output file is written to a local file; export it there, "
                              f"then copy it to the store")
@@ -51,13 +63,14 @@ def status_command(
                                                         "the next run to redo)."),
 ) -> int:
     """Result files are always checked for presence and size."""
+    if is_pipeline(output):
+        return _pipeline_status(Path(output), as_json, verify)
     status = job_status(output, verify=verify)
     if as_json:
         print(json.dumps(status.to_json()))
     else:
         left = shards_left(status.num_shards, status.missing_shards, status.unfinished_shards)
-        print(f"{status.state}: {status.rows_done:,} of {status.rows_total:,} rows done, "
-              f"{status.rows_failed:,} with errors{left}")
+        print(f"{status.state}: {rows_done(status)}{left}")
         for damage in status.damaged:
             print(f"  damaged: {damage}")
         for path in status.foreign:
@@ -68,3 +81,16 @@ def status_command(
             print("  every result file is as committed")
     return 1 if status.damaged else 0
 
+
+def _pipeline_status(output: Path, as_json: bool, verify: bool) -> int:
+    stages = pipeline_status(output, verify=verify)
+    if as_json:
+        print(json.dumps({"stages": [stage.to_json() for stage in stages]}))
+    else:
+        for number, stage in enumerate(stages, 1):
+            job = stage.job
+            rows = f": {rows_done(job)}" if job else ""
+            print(f"stage {number} {stage.name}: {stage.state}{rows}")
+            for damage in job.damaged if job else []:
+                print(f"  damaged: {damage}")
+    return 1 if any(stage.job and stage.job.damaged for stage in stages) else 0

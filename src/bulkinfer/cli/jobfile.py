@@ -27,18 +27,28 @@ else:  # pragma: no cover - the dependency is declared for 3.10 only
 
 def read_job_file(path: Path, settings: list[Setting]) -> dict[str, Any]:
     """The file's settings, checked against the known ones and their types, ready to merge with flags."""
+    return check_keys(str(path), load_toml(path), settings)
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """The TOML file's tables and keys, unchecked; one line if it is not a TOML file."""
     if not path.is_file():
         raise UsageError(f"{path}: no such job file")
     try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not a valid TOML job file ({exc})") from None
+
+
+def check_keys(where: str, values: dict[str, Any], settings: list[Setting]) -> dict[str, Any]:
+    """`values` (a job file's keys, or a table's: `where` names it) checked against the known settings and
+    their types, with paths' leading ~ expanded."""
     by_name = {s.name: s for s in settings}
     for key in values:
         if key not in by_name:
-            raise UsageError(f"{path}: unknown key {key}{_suggestion(key, list(by_name))}; "
+            raise UsageError(f"{where}: unknown key {key}{_suggestion(key, list(by_name))}; "
                              f"`bulkinfer run --help` lists every setting")
-    return expand_paths(settings, {key: _checked(path, by_name[key], value) for key, value in values.items()})
+    return expand_paths(settings, {key: _checked(where, by_name[key], value) for key, value in values.items()})
 
 
 # Settings that take a JSON file or the JSON itself, by the character the JSON text starts with.
@@ -74,26 +84,26 @@ def _suggestion(key: str, known: list[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def _checked(path: Path, setting: Setting, value: Any) -> Any:
+def _checked(where: str, setting: Setting, value: Any) -> Any:
     """The value in the form the flags would give it; a wrong type is the user's mistake, said in one line."""
     if setting.is_dict:
         if isinstance(value, dict) and all(isinstance(item, str) for item in value.values()):
             return value
         if isinstance(value, dict) and setting.kinds[0] != dict[str, str]:
             return value  # a typed mapping (logit_bias), checked by its dataclass
-        return _wrong(path, setting.name, value, 'a table of strings, e.g. { max_tokens = "budget" }')
+        return _wrong(where, setting.name, value, 'a table of strings, e.g. { max_tokens = "budget" }')
     if setting.is_list:
         item = setting.item_type
         value = [value] if _is(value, item) else value  # `input = "x"` for a one-element list
         if isinstance(value, list) and all(_is(element, item) for element in value):
             return [float(element) if item is float else element for element in value]
-        return _wrong(path, setting.name, value, f"{_kind_name(item)} or a list of {_kind_name(item, plural=True)}")
+        return _wrong(where, setting.name, value, f"{_kind_name(item)} or a list of {_kind_name(item, plural=True)}")
     if setting.is_bool:
-        return value if isinstance(value, bool) else _wrong(path, setting.name, value, "true or false")
+        return value if isinstance(value, bool) else _wrong(where, setting.name, value, "true or false")
     for kind in setting.kinds:
         if _is(value, kind):
             return float(value) if kind is float else value
-    return _wrong(path, setting.name, value, " or ".join(_kind_name(kind) for kind in setting.kinds))
+    return _wrong(where, setting.name, value, " or ".join(_kind_name(kind) for kind in setting.kinds))
 
 
 def _is(value: Any, kind: Any) -> bool:
@@ -110,5 +120,5 @@ def _kind_name(kind: Any, plural: bool = False) -> str:
     return names.get(kind, (str(kind), str(kind)))[plural]
 
 
-def _wrong(path: Path, key: str, value: Any, expected: str) -> Any:
-    raise UsageError(f"{path}: {key} must be {expected}, got {value!r}")
+def _wrong(where: str, key: str, value: Any, expected: str) -> Any:
+    raise UsageError(f"{where}: {key} must be {expected}, got {value!r}")

@@ -14,9 +14,11 @@ from rich.console import Console
 
 from bulkinfer.cli.batch_format import FORMATS, batch_job_settings
 from bulkinfer.cli.display import ProgressDisplay
-from bulkinfer.cli.jobfile import merge_settings, read_job_file, read_json_files
+from bulkinfer.cli.jobfile import check_keys, load_toml, merge_settings, read_json_files
 from bulkinfer.cli.options import given_options, option_parameters, take_settings
-from bulkinfer.cli.summary import run_stats, summary_table, write_stats
+from bulkinfer.cli.pipeline_file import is_pipeline_file, run_pipeline_file
+from bulkinfer.cli.summary import rows_done, run_stats, summary_table, write_stats
+from bulkinfer.errors import UsageError
 from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
 from bulkinfer.runner.config import JobConfig, job_settings
 from bulkinfer.runner.job import JobOutcome, run_job
@@ -45,8 +47,14 @@ def run_settings() -> list[Setting]:
 
 
 def run_command(job_file: Optional[Path] = None, **options: Any) -> int:
-    from_file = read_job_file(job_file, run_settings()) if job_file else {}
-    settings = read_json_files(merge_settings(from_file, given_options(options, run_settings())))
+    from_file = load_toml(job_file) if job_file else {}
+    flags = given_options(options, run_settings())
+    if is_pipeline_file(from_file):
+        if flags:
+            raise UsageError(f"{job_file} is a pipeline: set {', '.join(sorted(flags))} in its stages, not as flags")
+        return run_pipeline_file(job_file, from_file)
+    from_file = check_keys(str(job_file), from_file, run_settings()) if job_file else {}
+    settings = read_json_files(merge_settings(from_file, flags))
     ran = run_with_settings(settings)
     if ran.outcome.complete:
         export_to = "RESULTS.jsonl" if ran.command.format == "openai-batch" else "RESULTS.parquet"
@@ -90,12 +98,12 @@ def run_with_settings(settings: dict[str, Any]) -> Ran:
             stats["settings"].update({**asdict(command), **asdict(ray)})
             _report(config, outcome, stats)
         if not outcome.complete:
-            print(f"bulkinfer: stopped: {_done(outcome)}. Run the same command again to resume.", file=sys.stderr)
+            print(f"bulkinfer: stopped: {rows_done(outcome)}. Run the same command again to resume.", file=sys.stderr)
     return Ran(config, command, outcome)
 
 
 def say_done(outcome: JobOutcome, next_step: str) -> None:
-    print(f"bulkinfer: complete: {_done(outcome)}. {next_step}", file=sys.stderr)
+    print(f"bulkinfer: complete: {rows_done(outcome)}. {next_step}", file=sys.stderr)
 
 
 # typer reads the options from the signature: the job file, then one option per setting.
@@ -112,7 +120,3 @@ run_command.__annotations__ = {p.name: p.annotation for p in run_command.__signa
 def _report(config: JobConfig, outcome: JobOutcome, stats: dict[str, Any]) -> None:
     write_stats(outcome.output, shard_of(config), stats, config.storage_options)
     Console(stderr=True).print(summary_table(stats))
-
-
-def _done(outcome: JobOutcome) -> str:
-    return f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"

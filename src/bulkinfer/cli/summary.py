@@ -14,6 +14,7 @@ from bulkinfer.runner.config import SECRET_SETTINGS, JobConfig
 from bulkinfer.runner.job import JobOutcome
 from bulkinfer.runner.loop import Snapshot
 from bulkinfer.runner.outdir.store_errors import store_errors
+from bulkinfer.runner.status import JobStatus
 from bulkinfer.runner.shards import Shard
 from bulkinfer.runner.storage import filesystem_for, is_remote
 
@@ -92,3 +93,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
         table.add_row("cost", f"{stats['cost']:.4f} ({stats['cost_per_million_output_tokens']:.4f} "
                               f"per million output tokens)")
     return table
+
+
+def rows_done(outcome: JobOutcome | JobStatus) -> str:
+    return f"{outcome.rows_done:,} of {outcome.rows_total:,} rows done, {outcome.rows_failed:,} with errors"

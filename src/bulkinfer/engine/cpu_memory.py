@@ -30,3 +30,13 @@ def keep_freed_memory() -> bool:
     if not tuned:
         logger.debug("mallopt refused the thresholds; freed memory goes back to the kernel as usual")
     return tuned
+
+
+def release_freed_memory() -> bool:
+    """Hands the heap's free pages back to the kernel now (malloc_trim), whatever the thresholds above
+    keep: after a model is dropped, so that the next one has the room. False where there is no glibc."""
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return malloc_trim(0) == 1

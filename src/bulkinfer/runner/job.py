@@ -14,7 +14,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.adapters import check_adapter_files, check_adapters_fit
@@ -128,7 +128,7 @@ class LocalExecutor:
 
     def __call__(self, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool],
                  reporter: Reporter | None) -> None:
-        with load_llm(config) as llm:
+        with self.engine(config) as llm:
             if stop_requested():  # loading can take minutes; a Ctrl-C meanwhile should not start the work
                 return
             check_adapters_fit(llm, config)
@@ -141,6 +141,10 @@ class LocalExecutor:
                 loop.run()
             finally:
                 prepared.close()
+
+    def engine(self, config: JobConfig) -> ContextManager[LLM]:
+        """The engine the rows run on, for the length of the job: loaded for it, closed after it."""
+        return load_llm(config)
 
 
 def _check_task(config: JobConfig, model_config: ModelConfig) -> None:
