@@ -42,9 +42,11 @@ def fused_moe_ref(
     w2: torch.Tensor | Sequence[torch.Tensor] | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k], any float dtype
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
-    linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear,
+    linear: Callable[..., torch.Tensor] = F.linear,
+    w13_bias: torch.Tensor | None = None,  # [num_experts, 2 * inter]: gpt-oss's gate/up bias
+    activation: Callable[[torch.Tensor], torch.Tensor] = silu_and_mul_ref,  # [rows, 2 * inter] -> [rows, inter]
 ) -> torch.Tensor:  # [num_tokens, hidden]
-    """``linear(rows, weight)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
+    """``linear(rows, weight, bias)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
     (the CPU path passes a faster one, and per-expert weights it has packed for it). Quantized
     experts are dequantized into x's dtype one expert at a time."""
     w13, w2 = (w.experts(x.dtype) if isinstance(w, ExpertWeights) else w for w in (w13, w2))
@@ -58,7 +60,8 @@ def fused_moe_ref(
     for expert, count in enumerate(counts):
         if count:
             chunk = slice(start, start + count)
-            out[chunk] = linear(silu_and_mul_ref(linear(rows[chunk], w13[expert])), w2[expert])
+            bias = None if w13_bias is None else w13_bias[expert]
+            out[chunk] = linear(activation(linear(rows[chunk], w13[expert], bias)), w2[expert])
             start += count
     out *= topk_weights.flatten()[order].float()[:, None]
     return _sum_slots(out, order, num_tokens, top_k).to(x.dtype)
@@ -223,10 +226,17 @@ def fused_moe_triton(
     w2: torch.Tensor | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k]
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
+    w13_bias: torch.Tensor | None = None,
+    activation: Callable[[torch.Tensor], torch.Tensor] = silu_and_mul_ref,
 ) -> torch.Tensor:  # [num_tokens, hidden]
     """Triton version of :func:`fused_moe_ref`: align, gate/up GEMM, SiLU-and-mul, down GEMM with
     the top-k weights, then each token's sum over its slots. Quantized experts (FP8, INT4/INT8,
-    MXFP4) are dequantized a tile at a time into x's dtype inside the GEMMs."""
+    MXFP4) are dequantized a tile at a time into x's dtype inside the GEMMs.
+
+    Experts with a gate/up bias or another activation (gpt-oss's) run through the reference: the
+    grouped GEMM has neither (and the reference reads row counts on the host, so no CUDA graph)."""
+    if w13_bias is not None or activation is not silu_and_mul_ref:
+        return fused_moe_ref(x, w13, w2, topk_weights, topk_ids, w13_bias=w13_bias, activation=activation)
     w13, w2 = as_expert_weights(w13), as_expert_weights(w2)
     _check_inputs(x, w13, w2, topk_ids)
     num_tokens, top_k = topk_ids.shape

@@ -13,6 +13,14 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:  # x: [num_tokens, 2 * in
     return F.silu(gate).mul_(up)
 
 
+def clamped_swiglu_ref(x: torch.Tensor, limit: float, alpha: float) -> torch.Tensor:
+    """gpt-oss's experts' activation over the same [gate | up] layout: the gate clamped from above and
+    the up projection on both sides at ``limit``, then ``(up + 1) * gate * sigmoid(alpha * gate)``."""
+    gate, up = x.chunk(2, dim=-1)
+    gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
+
 _BLOCK = 1024  # columns per program: wide enough to keep loads vectorized, small enough for many programs
 
 

@@ -18,9 +18,11 @@ from test_parity import hf_model
 from test_parity_transformers_path import check_generate_and_logprobs, check_with_chunks_prefix_cache_and_preemption
 
 TRANSFORMERS_PATH = dict(model_impl="transformers", dtype="float32", device="cpu")
+NATIVE = dict(model_impl="native", dtype="float32", device="cpu")
+PATHS = [pytest.param(NATIVE, id="native"), pytest.param(TRANSFORMERS_PATH, id="transformers")]
 
 
-@pytest.mark.parametrize("options", [TRANSFORMERS_PATH], ids=["transformers"])
+@pytest.mark.parametrize("options", PATHS)
 def test_logits_and_greedy_match_transformers(tiny_gpt_oss, options):
     hf, llm = hf_model(tiny_gpt_oss), LLM(str(tiny_gpt_oss), block_size=8, max_model_len=256, **options)
     prompts = random_prompts(2, 30, 60, seed=7)  # past the 8-token window
@@ -30,6 +32,6 @@ def test_logits_and_greedy_match_transformers(tiny_gpt_oss, options):
     check_generate_and_logprobs(llm, hf, prompts)
 
 
-@pytest.mark.parametrize("options", [TRANSFORMERS_PATH], ids=["transformers"])
+@pytest.mark.parametrize("options", PATHS)
 def test_chunks_prefix_cache_and_preemption_keep_parity(tiny_gpt_oss, options):
     check_with_chunks_prefix_cache_and_preemption(tiny_gpt_oss, **options)
