@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bulkinfer import LLM
+from gpt_oss_checkpoint import write_mxfp4_checkpoint
 from probes import last_logits
 from test_invariance import random_prompts
 from test_parity import hf_model
@@ -35,3 +36,18 @@ def test_logits_and_greedy_match_transformers(tiny_gpt_oss, options):
 @pytest.mark.parametrize("options", PATHS)
 def test_chunks_prefix_cache_and_preemption_keep_parity(tiny_gpt_oss, options):
     check_with_chunks_prefix_cache_and_preemption(tiny_gpt_oss, **options)
+
+
+def test_mxfp4_experts_match_transformers_on_the_dequantized_weights(tiny_gpt_oss, tmp_path):
+    """Experts stored as gpt-oss ships them (MXFP4 blocks and scales), dequantized at load, against transformers
+    running the weights its own gpt-oss code dequantizes."""
+    mxfp4, dequantized = write_mxfp4_checkpoint(tiny_gpt_oss, tmp_path)
+    hf, llm = hf_model(dequantized), LLM(str(mxfp4), block_size=8, max_model_len=256, **NATIVE)
+    assert llm.runner.model.config.mxfp4_experts
+    prompts = random_prompts(2, 20, 40, seed=8)
+    with torch.no_grad():
+        expected = hf(torch.tensor([prompts[0]])).logits[0, -1]
+        plain = hf_model(tiny_gpt_oss)(torch.tensor([prompts[0]])).logits[0, -1]
+    assert (expected - plain).abs().max() > 1e-3  # the 4-bit rounding shows: the weights are the quantized ones
+    torch.testing.assert_close(last_logits(llm, prompts[0]), expected, atol=1e-4, rtol=0)
+    check_generate_and_logprobs(llm, hf, prompts)
