@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from bulkinfer import LLM
+from bulkinfer.models.footprint import footprint
+from bulkinfer.models.loader import read_config
 from gpt_oss_checkpoint import write_mxfp4_checkpoint
 from probes import last_logits
 from test_invariance import random_prompts
@@ -51,3 +53,11 @@ def test_mxfp4_experts_match_transformers_on_the_dequantized_weights(tiny_gpt_os
     assert (expected - plain).abs().max() > 1e-3  # the 4-bit rounding shows: the weights are the quantized ones
     torch.testing.assert_close(last_logits(llm, prompts[0]), expected, atol=1e-4, rtol=0)
     check_generate_and_logprobs(llm, hf, prompts)
+
+
+def test_mxfp4_footprint_counts_the_experts_dequantized(tiny_gpt_oss, tmp_path):
+    """What `inspect --model` reports: the MXFP4 checkpoint takes, once loaded, what the dequantized one does."""
+    mxfp4, dequantized = write_mxfp4_checkpoint(tiny_gpt_oss, tmp_path)
+    loaded = footprint(mxfp4, read_config(mxfp4)[0])
+    assert loaded.weight_bytes == footprint(dequantized, read_config(dequantized)[0]).weight_bytes
+    assert "MXFP4 experts dequantized at load" in loaded.weight_format
