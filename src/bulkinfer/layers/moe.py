@@ -96,6 +96,7 @@ class SparseMoeBlock(nn.Module):
         self.gate = Linear(hidden_size, num_experts, bias=bias)  # the router
         self.top_k, self.normalize = top_k, normalize
         self.experts = FusedExperts(num_experts, hidden_size, intermediate_size, ops, tp, bias, clamped_swiglu)
+        self.expert_bias = bias  # the experts may be swapped for quantized ones (layers/quantize.py), which have none
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate_size:
             self.shared_expert = MLP(hidden_size, shared_intermediate_size, ops, tp, SHARED_COLUMNS)
@@ -105,7 +106,7 @@ class SparseMoeBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         weights, ids = route(self.gate(x), self.top_k, self.normalize)
         out = self.tp.all_reduce(self.experts(x, weights, ids))
-        if self.experts.down_bias is not None:
+        if self.expert_bias:
             out = out + self.experts.weighted_down_bias(weights, ids).to(out.dtype)
         if self.shared_expert is not None:
             out = out + _row_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
