@@ -56,8 +56,8 @@ DEFAULT_OUT = Path("benchmarks/results/kernels-compiled.json")
 KV_HEADS = 2  # per rank; the head count is the group size times this
 
 
-AttentionVariant = tuple[int, float, bool]  # (sliding_window, softcap, sinks); only whether each is on counts
-PLAIN_ATTENTION: AttentionVariant = (0, 0.0, False)
+AttentionOptions = tuple[int, float, bool]  # (sliding_window, softcap, sinks); only whether each is on counts
+PLAIN_ATTENTION: AttentionOptions = (0, 0.0, False)
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Shape:
     group: int  # query heads per KV head
     block_size: int  # tokens per KV-cache block
     dtype: torch.dtype
-    attention_variants: tuple[AttentionVariant, ...] = ((0, 0.0, False),)
+    attention_variants: tuple[AttentionOptions, ...] = ((0, 0.0, False),)
     fp8_kv: bool = False  # the KV cache in e4m3 (kv_cache_dtype="fp8_e4m3") rather than in dtype
 
     @property
@@ -86,12 +86,12 @@ class Matrix:
     # (Mistral and Qwen2: 128; Gemma 2 and 3: 256); sinks alone and with a window (gpt-oss's full
     # and sliding layers) there and at gpt-oss's head size, 64; plain attention elsewhere. Only
     # whether each is on makes a variant: the values are runtime arguments of the kernels.
-    attention_variants: tuple[AttentionVariant, ...] = (PLAIN_ATTENTION, (4096, 0.0, False), (0, 50.0, False),
+    attention_variants: tuple[AttentionOptions, ...] = (PLAIN_ATTENTION, (4096, 0.0, False), (0, 50.0, False),
                                                         (4096, 50.0, False), (0, 0.0, True), (128, 0.0, True))
     # Both KV caches everywhere: the FP8 one converts e4m3 with integer operations on every target.
     fp8_kv: tuple[bool, ...] = (False, True)
 
-    def variants_at(self, head_dim: int) -> tuple[AttentionVariant, ...]:
+    def variants_at(self, head_dim: int) -> tuple[AttentionOptions, ...]:
         if head_dim >= 128:
             return self.attention_variants
         if head_dim == 64:
