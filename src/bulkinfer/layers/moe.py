@@ -17,11 +17,11 @@ into each expert's first matmul, the down bias, whole on every rank, is added on
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import functools
 
 from bulkinfer.kernels.fused_moe import fused_moe_ref
 from bulkinfer.kernels.silu_mul import clamped_swiglu_ref, silu_and_mul_ref

@@ -15,7 +15,7 @@ over tensor-parallel ranks as any expert's.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -39,14 +39,17 @@ def gpt_oss_tensors(tensors: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tup
             if blocks is None or scales is None:
                 continue
             del pending[f"{experts}.{proj}_blocks"], pending[f"{experts}.{proj}_scales"]
-            # [E, out, in] -> the plain checkpoints' [E, in, out]
-            tensor, suffix = dequantize_mxfp4(blocks, scales, torch.float32).transpose(1, 2), None
+            # Expert by expert, [out, in] -> the plain checkpoints' [in, out]: one expert's fp32 copy at a time.
+            tensor = (dequantize_mxfp4(b, s, torch.float32).T for b, s in zip(blocks, scales))
+            suffix = None
         yield from _per_expert(experts, proj, suffix == "_bias", tensor)
     if pending:
         raise ValueError(f"checkpoint tensor {next(iter(pending))} has no MXFP4 partner (blocks with scales)")
 
 
-def _per_expert(experts: str, proj: str, bias: bool, tensor: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+def _per_expert(experts: str, proj: str, bias: bool,
+                tensor: Iterable[torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``tensor``: the stacked tensor, or its experts one by one."""
     kind = "bias" if bias else "weight"
     for e, one in enumerate(tensor):
         if proj == "down_proj":  # weight [inter, hidden] -> [hidden, inter]; bias [hidden]
