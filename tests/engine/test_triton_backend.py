@@ -59,7 +59,7 @@ def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_
 
 def test_native_gpt_oss_through_the_triton_kernels(tiny_gpt_oss):
     """Sinks with 8-token windows on alternate layers and full attention on the others, in both Triton kernels
-    (30-token prompts in chunks, then decode); gpt-oss's biased experts run through the MoE reference there."""
+    (30-token prompts in chunks, then decode); gpt-oss's biased, clamped-SwiGLU experts in the fused MoE kernel."""
     prompts = [list(range(10, 40)), list(range(50, 61))]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
     settings = dict(model_impl="native", max_model_len=64, block_size=8, max_num_batched_tokens=16)

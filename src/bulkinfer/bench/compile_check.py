@@ -178,20 +178,25 @@ def rms_norm_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 
 
 def silu_mul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """SiLU-and-mul, and gpt-oss's clamped SwiGLU."""
     inter = 4 * shape.group * KV_HEADS * shape.head_dim
     rows = torch.zeros(8, 2 * inter, dtype=shape.dtype)
-    return [silu_and_mul_launch(rows, torch.empty(8, inter, dtype=shape.dtype))]
+    return [silu_and_mul_launch(rows, torch.empty(8, inter, dtype=shape.dtype), clamped_swiglu)
+            for clamped_swiglu in (None, (7.0, 1.702))]
 
 
-# (hidden, expert inter, experts, top_k): Mixtral 8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B.
-MOE_SHAPES = ((4096, 14336, 8, 2), (2048, 1408, 60, 4), (2048, 768, 128, 8))
+# (hidden, expert inter, experts, top_k, biased): Mixtral 8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B, and
+# gpt-oss-20b, whose gate/up projection has a bias per expert.
+MOE_SHAPES = ((4096, 14336, 8, 2, False), (2048, 1408, 60, 4, False), (2048, 768, 128, 8, False),
+              (2880, 2880, 32, 4, True))
 
 
 def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     """Both grouped GEMMs for each MoE model shape and each row tile (decode to prefill sizes);
     the attention shape only lends its dtype. Weights are meta tensors: only their strides count."""
     launches = []
-    for hidden, inter, experts, top_k in MOE_SHAPES:
+    for hidden, inter, experts, top_k, biased in MOE_SHAPES:
+        bias = torch.zeros(experts, 2 * inter, dtype=shape.dtype) if biased else None
         w13 = torch.empty(experts, 2 * inter, hidden, dtype=shape.dtype, device="meta")
         w2 = torch.empty(experts, hidden, inter, dtype=shape.dtype, device="meta")
         for tokens in (4, 64, 1024):
@@ -201,7 +206,7 @@ def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
             gate_up = torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype)
             act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
             down = torch.zeros(tokens * top_k, hidden, dtype=shape.dtype)
-            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k, target),
+            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k, target, bias=bias),
                          grouped_gemm_launch(act, w2, down, alignment, 1, target, torch.zeros(tokens * top_k))]
     return launches
 

@@ -17,14 +17,11 @@ into each expert's first matmul, the down bias, whole on every rank, is added on
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bulkinfer.kernels.fused_moe import fused_moe_ref
-from bulkinfer.kernels.silu_mul import clamped_swiglu_ref, silu_and_mul_ref
 from bulkinfer.layers.linear import Linear, invariant_linear
 from bulkinfer.layers.mlp import MLP
 from bulkinfer.layers.ops import KernelOps
@@ -64,17 +61,14 @@ class FusedExperts(nn.Module):
             self.gate_up_bias = nn.Parameter(torch.empty(num_experts, 2 * inter))
             self.down_bias = nn.Parameter(torch.empty(num_experts, hidden_size))
             self.gate_up_bias.tp_dim = 0
-        self.activation = silu_and_mul_ref
-        if clamped_swiglu is not None:
-            limit, alpha = clamped_swiglu
-            self.activation = functools.partial(clamped_swiglu_ref, limit=limit, alpha=alpha)
+        self.clamped_swiglu = clamped_swiglu
         self.ops = ops
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """This rank's partial sum of each token's weighted experts, without their down bias: [T, hidden]."""
         variant = {}
-        if self.gate_up_bias is not None or self.activation is not silu_and_mul_ref:
-            variant = {"w13_bias": self.gate_up_bias, "activation": self.activation}
+        if self.gate_up_bias is not None or self.clamped_swiglu is not None:
+            variant = {"w13_bias": self.gate_up_bias, "clamped_swiglu": self.clamped_swiglu}
         if self.batch_invariant:  # the reference's per-expert matmuls, each with one tiling for any row count
             return fused_moe_ref(x, self.gate_up_proj, self.down_proj, weights, ids, linear=invariant_linear,
                                  **variant)
