@@ -10,6 +10,8 @@ sorted by expert, so each expert multiplies all of its tokens at once.
   to one expert, and runs each projection as one grouped-GEMM launch; the down projection
   multiplies each row by its top-k weight in its epilogue. It reads nothing back to the host,
   so a CUDA graph can capture it.
+- gpt-oss's experts add a bias to the gate/up projection (in the kernel's epilogue) and apply a
+  clamped SwiGLU instead of SiLU-and-mul (kernels/silu_mul.py).
 - Quantized experts (FP8, INT4/INT8, MXFP4; kernels/expert_weights.py) run through the same
   grouped GEMM, each weight tile dequantized into the activations' dtype as it is loaded; the
   reference dequantizes them one expert at a time.
@@ -19,6 +21,7 @@ A pair is numbered ``token * top_k + slot``, the order of ``topk_ids.flatten()``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,7 +35,7 @@ from .fp8_gemm import fp8_weight_tile
 from .gemm_tiles import GemmTiles, column_tile, pipeline_stages, row_tile
 from .int_weight_gemm import int_weight_tile
 from .mxfp4 import mxfp4_weight_tile
-from .silu_mul import silu_and_mul_ref, silu_and_mul_triton
+from .silu_mul import clamped_swiglu_ref, silu_and_mul_ref, silu_and_mul_triton
 from .target import KernelTarget, device_target
 
 
@@ -42,11 +45,16 @@ def fused_moe_ref(
     w2: torch.Tensor | Sequence[torch.Tensor] | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k], any float dtype
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
-    linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear,
+    linear: Callable[..., torch.Tensor] = F.linear,
+    w13_bias: torch.Tensor | None = None,  # [num_experts, 2 * inter]: gpt-oss's gate/up bias
+    clamped_swiglu: tuple[float, float] | None = None,  # gpt-oss's activation (limit, alpha); None: SiLU-and-mul
 ) -> torch.Tensor:  # [num_tokens, hidden]
-    """``linear(rows, weight)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
+    """``linear(rows, weight, bias)`` does each expert's matmuls, on ``w13[expert]`` and ``w2[expert]``
     (the CPU path passes a faster one, and per-expert weights it has packed for it). Quantized
     experts are dequantized into x's dtype one expert at a time."""
+    activation = silu_and_mul_ref
+    if clamped_swiglu is not None:
+        activation = functools.partial(clamped_swiglu_ref, limit=clamped_swiglu[0], alpha=clamped_swiglu[1])
     w13, w2 = (w.experts(x.dtype) if isinstance(w, ExpertWeights) else w for w in (w13, w2))
     num_tokens, top_k = topk_ids.shape
     experts = topk_ids.flatten()
@@ -58,7 +66,8 @@ def fused_moe_ref(
     for expert, count in enumerate(counts):
         if count:
             chunk = slice(start, start + count)
-            out[chunk] = linear(silu_and_mul_ref(linear(rows[chunk], w13[expert])), w2[expert])
+            bias = None if w13_bias is None else w13_bias[expert]
+            out[chunk] = linear(activation(linear(rows[chunk], w13[expert], bias)), w2[expert])
             start += count
     out *= topk_weights.flatten()[order].float()[:, None]
     return _sum_slots(out, order, num_tokens, top_k).to(x.dtype)
@@ -136,11 +145,12 @@ def choose_gemm_tiles(block_m: int, n: int, k: int, dtype: torch.dtype, target: 
 
 @jit(do_not_specialize=("num_pairs",))  # the step's token count: no variant per batch size
 def _grouped_gemm_kernel(
-    a_ptr, b_ptr, b_scale_ptr, b_zero_ptr, c_ptr, pair_weights_ptr, sorted_pairs_ptr, block_experts_ptr,
+    a_ptr, b_ptr, b_scale_ptr, b_zero_ptr, c_ptr, pair_weights_ptr, bias_ptr, sorted_pairs_ptr, block_experts_ptr,
     num_padded_ptr, n, k, num_pairs, scale_block_n, scale_block_k,
     a_stride, b_stride_e, b_stride_n, b_scale_stride_e, b_scale_stride_n, b_zero_stride_e, b_zero_stride_n, c_stride,
+    bias_stride_e,
     WEIGHT_FORMAT: tl.constexpr, BITS: tl.constexpr, HAS_ZEROS: tl.constexpr,
-    ROWS_PER_A: tl.constexpr, MUL_WEIGHTS: tl.constexpr,
+    ROWS_PER_A: tl.constexpr, MUL_WEIGHTS: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
@@ -174,6 +184,8 @@ def _grouped_gemm_kernel(
             b = tl.load(b_expert + cols[None, :].to(tl.int64) * b_stride_n + depth[:, None],
                         mask=in_k[:, None] & in_n[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+    if HAS_BIAS:  # the expert's bias [n], before any pair weight
+        acc += tl.load(bias_ptr + expert * bias_stride_e + cols, mask=in_n, other=0.0).to(tl.float32)[None, :]
     if MUL_WEIGHTS:
         acc = acc * tl.load(pair_weights_ptr + pairs, mask=valid, other=0.0).to(tl.float32)[:, None]
     c_ptrs = c_ptr + pairs[:, None].to(tl.int64) * c_stride + cols[None, :]
@@ -181,8 +193,9 @@ def _grouped_gemm_kernel(
 
 
 def grouped_gemm(a: torch.Tensor, b: torch.Tensor | ExpertWeights, out: torch.Tensor, alignment: ExpertAlignment,
-                 rows_per_a: int, pair_weights: torch.Tensor | None = None) -> None:
-    """``out[p] = a[p // rows_per_a] @ b[expert(p)].T`` (times ``pair_weights[p]``) for every pair p.
+                 rows_per_a: int, pair_weights: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> None:
+    """``out[p] = a[p // rows_per_a] @ b[expert(p)].T`` (plus ``bias[expert(p)]``, times ``pair_weights[p]``)
+    for every pair p.
 
     a [rows, k] with unit stride on k; b [num_experts, n, k] contiguous, or quantized experts whose
     tiles are dequantized into a's dtype as they are loaded; out [num_pairs, n].
@@ -191,27 +204,29 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor | ExpertWeights, out: torch.Te
     Memory: each tile reads its rows of a and its expert's columns of b (and their scales) once,
     and writes its rows of out; padding rows read and write nothing.
     """
-    grouped_gemm_launch(a, b, out, alignment, rows_per_a, device_target(a.device), pair_weights)()
+    grouped_gemm_launch(a, b, out, alignment, rows_per_a, device_target(a.device), pair_weights, bias)()
 
 
 def grouped_gemm_launch(a: torch.Tensor, b: torch.Tensor | ExpertWeights, out: torch.Tensor,
                         alignment: ExpertAlignment, rows_per_a: int, target: KernelTarget,
-                        pair_weights: torch.Tensor | None = None) -> Launch:
+                        pair_weights: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> Launch:
     """The launch of :func:`grouped_gemm` on ``target``, decided without a device (the compile check builds it)."""
     b = as_expert_weights(b)
     tiles = choose_gemm_tiles(alignment.block_m, b.n, b.k, a.dtype, target, b.format)
     grid = (alignment.sorted_pairs.shape[0] // tiles.block_m, -(-b.n // tiles.block_n))
     weights = pair_weights if pair_weights is not None else out  # never read without MUL_WEIGHTS
+    biases = bias if bias is not None else out  # never read without HAS_BIAS
     scales = b.scales if b.scales is not None else b.data  # never read for dense experts
     zeros = b.zeros if b.zeros is not None else scales  # never read without HAS_ZEROS
     data = b.data.view(torch.uint8) if b.format == "fp8" else b.data  # fp8_weight_tile reads the bits
     return Launch(_grouped_gemm_kernel, grid,
-                  (a, data, scales, zeros, out, weights, alignment.sorted_pairs, alignment.block_experts,
+                  (a, data, scales, zeros, out, weights, biases, alignment.sorted_pairs, alignment.block_experts,
                    alignment.num_padded, b.n, b.k, out.shape[0], b.block_n, b.block_k, a.stride(0),
                    b.data.stride(0), b.data.stride(1), scales.stride(0), scales.stride(1), zeros.stride(0),
-                   zeros.stride(1), out.stride(0)),
+                   zeros.stride(1), out.stride(0), biases.stride(0)),
                   {"WEIGHT_FORMAT": b.format, "BITS": b.bits, "HAS_ZEROS": b.zeros is not None,
-                   "ROWS_PER_A": rows_per_a, "MUL_WEIGHTS": pair_weights is not None, "BLOCK_M": tiles.block_m,
+                   "ROWS_PER_A": rows_per_a, "MUL_WEIGHTS": pair_weights is not None,
+                   "HAS_BIAS": bias is not None, "BLOCK_M": tiles.block_m,
                    "BLOCK_N": tiles.block_n, "BLOCK_K": tiles.block_k,
                    "DOT_PRECISION": "ieee" if a.dtype == torch.float32 else "tf32",
                    "num_warps": tiles.num_warps, "num_stages": tiles.num_stages})
@@ -223,10 +238,13 @@ def fused_moe_triton(
     w2: torch.Tensor | ExpertWeights,  # [num_experts, hidden, inter]
     topk_weights: torch.Tensor,  # [num_tokens, top_k]
     topk_ids: torch.Tensor,  # [num_tokens, top_k] int
+    w13_bias: torch.Tensor | None = None,
+    clamped_swiglu: tuple[float, float] | None = None,
 ) -> torch.Tensor:  # [num_tokens, hidden]
-    """Triton version of :func:`fused_moe_ref`: align, gate/up GEMM, SiLU-and-mul, down GEMM with
-    the top-k weights, then each token's sum over its slots. Quantized experts (FP8, INT4/INT8,
-    MXFP4) are dequantized a tile at a time into x's dtype inside the GEMMs."""
+    """Triton version of :func:`fused_moe_ref`: align, gate/up GEMM (with the expert's bias, gpt-oss),
+    SiLU-and-mul (or the clamped SwiGLU), down GEMM with the top-k weights, then each token's sum over
+    its slots. Quantized experts (FP8, INT4/INT8, MXFP4) are dequantized a tile at a time into x's
+    dtype inside the GEMMs."""
     w13, w2 = as_expert_weights(w13), as_expert_weights(w2)
     _check_inputs(x, w13, w2, topk_ids)
     num_tokens, top_k = topk_ids.shape
@@ -236,9 +254,9 @@ def fused_moe_triton(
     num_pairs = num_tokens * top_k
     alignment = align_by_expert(topk_ids, w13.num_experts, choose_block_m(num_pairs, w13.num_experts))
     gate_up = torch.empty(num_pairs, w13.n, dtype=x.dtype, device=x.device)
-    grouped_gemm(x, w13, gate_up, alignment, rows_per_a=top_k)
+    grouped_gemm(x, w13, gate_up, alignment, rows_per_a=top_k, bias=w13_bias)
     down = torch.empty(num_pairs, w2.n, dtype=x.dtype, device=x.device)
-    grouped_gemm(silu_and_mul_triton(gate_up), w2, down, alignment, rows_per_a=1,
+    grouped_gemm(silu_and_mul_triton(gate_up, clamped_swiglu), w2, down, alignment, rows_per_a=1,
                  pair_weights=topk_weights.reshape(-1).float().contiguous())
     return down.view(num_tokens, top_k, w2.n).sum(1)
 

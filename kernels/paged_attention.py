@@ -10,7 +10,9 @@ Two variants modern models need, both off by default:
 - ``sliding_window = W > 0``: a token at position ``p`` sees only keys ``p - W < k <= p`` (transformers'
   convention: the window counts the token itself);
 - ``softcap = c > 0``: scores are capped as ``c * tanh(score / c)`` after scaling and before the
-  mask (Gemma 2's attention logit soft-capping).
+  mask (Gemma 2's attention logit soft-capping);
+- ``sinks``: a learned logit per query head (gpt-oss's attention sinks, float32 ``[num_heads]``)
+  that joins the softmax's denominator and contributes no value, so a head can attend to nothing.
 
 The reference below is also the CPU execution path: it gathers each sequence's blocks and calls
 PyTorch's scaled_dot_product_attention, batching all decode rows into one call.
@@ -24,10 +26,12 @@ each sequence's ``q_len``, so the host never reads the lengths:
 - prefill/extend rows (``q_len > 1``): flash attention over tiles of ``BLOCK_Q`` new tokens times
   the query group, reading the paged prefix and the new tokens' own keys, causally.
 
-Both kernels honour the two variants: the window's edge is masked like the causal diagonal, and
+Both kernels honour the variants: the window's edge is masked like the causal diagonal, and
 key slices wholly before a tile's window are never read, so with a window a token costs O(window);
-the cap is a tanh written with exp2. Whether each is on is a constexpr (HAS_WINDOW, SOFTCAP), so
-plain attention compiles as before; their values are runtime arguments.
+the cap is a tanh written with exp2; a sink joins each row's softmax once its keys are folded, and
+with split decode once, in the merge, not per split. Whether each is on is a constexpr
+(HAS_WINDOW, SOFTCAP, HAS_SINKS), so plain attention compiles as before; their values are runtime
+arguments.
 
 An FP8 cache (see fp8.py) is read with the layer's key and value scales, ``k_scale`` and
 ``v_scale`` (a cache of the compute dtype ignores them). The references dequantize the rows they
@@ -67,6 +71,7 @@ def paged_attention_ref(
     decode: Callable | None = None,  # attention of one group of decode rows; default: decode_ref
     k_scale: float = 1.0,  # the layer's FP8 scales; unused with a cache of the compute dtype
     v_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,  # [num_heads] float32 sink logits, or None
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
@@ -77,13 +82,20 @@ def paged_attention_ref(
     for group in _length_groups([i for i, n in enumerate(q_lens) if n == 1], lens):
         rows = torch.tensor([starts[i] for i in group], device=query.device)
         out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
-                           lens[group[0]], scale, **variant.kwargs(), k_scale=k_scale, v_scale=v_scale)
+                           lens[group[0]], scale, **variant.kwargs(), k_scale=k_scale, v_scale=v_scale,
+                           **_sink_kwargs(sinks))
     for i, q_len in enumerate(q_lens):
         if q_len > 1:
             q = query[starts[i]:starts[i + 1]]
             out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale, variant,
-                                                   k_scale, v_scale)
+                                                   k_scale, v_scale, sinks)
     return out
+
+
+def _sink_kwargs(sinks: torch.Tensor | None) -> dict:
+    """Sinks as a decode function's keyword only when there are any: a decode without them keeps
+    its compiled variants."""
+    return {} if sinks is None else {"sinks": sinks}
 
 
 @dataclass(frozen=True)
@@ -130,17 +142,18 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, sca
 
 
 def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0,
-               k_scale=1.0, v_scale=1.0):
+               k_scale=1.0, v_scale=1.0, sinks=None):
     # q: [batch, heads, dim]; keys padded to max_len and masked past each sequence's length.
     k = _gather(k_cache, block_tables, max_len, k_scale, q.dtype).transpose(1, 2)  # [batch, kvh, max_len, dim]
     v = _gather(v_cache, block_tables, max_len, v_scale, q.dtype).transpose(1, 2)
     lens = seq_lens[:, None].to(q.device)
     mask = AttentionVariant(sliding_window).visible(lens - 1, torch.arange(max_len, device=q.device))
-    out = _sdpa(q.unsqueeze(2).to(k.dtype), k, v, mask[:, None], scale, softcap)
+    out = _sdpa(q.unsqueeze(2).to(k.dtype), k, v, mask[:, None], scale, softcap, sinks)
     return out.squeeze(2).to(q.dtype)
 
 
-def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionVariant(), k_scale=1.0, v_scale=1.0):
+def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionVariant(), k_scale=1.0, v_scale=1.0,
+            sinks=None):
     # q: [q_len, heads, dim], the last q_len positions of a sequence of seq_len cached tokens.
     q_len = q.shape[0]
     k = _gather(k_cache, block_table, seq_len, k_scale, q.dtype).transpose(0, 1)  # [kvh, seq_len, dim]
@@ -151,21 +164,29 @@ def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionV
         mask = variant.visible(query_pos, torch.arange(seq_len, device=q.device))
     # A batch dimension of 1: PyTorch's fused CPU kernel takes 4-D inputs only (3-D ones run the
     # unfused path, 2.4x slower for a 355-token prompt).
-    out = _sdpa(q.transpose(0, 1)[None].to(k.dtype), k[None], v[None], mask, scale, variant.softcap)
+    out = _sdpa(q.transpose(0, 1)[None].to(k.dtype), k[None], v[None], mask, scale, variant.softcap, sinks)
     return out[0].transpose(0, 1).to(q.dtype)
 
 
-def _sdpa(q, k, v, mask, scale, softcap=0.0):
+def _sdpa(q, k, v, mask, scale, softcap=0.0, sinks=None):
     """[b, heads, q, dim] attention over [b, kv_heads, k, dim]; mask None means causal over equal lengths."""
-    if not softcap:
+    if not softcap and sinks is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale,
                                               enable_gqa=q.shape[1] != k.shape[1])
-    group = q.shape[1] // k.shape[1]  # scaled_dot_product_attention cannot cap scores: written out
+    # scaled_dot_product_attention can neither cap scores nor add a sink to its denominator: written out
+    group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = softcap * torch.tanh(torch.matmul(q.float(), k.float().transpose(-1, -2)) * (scale / softcap))
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
     if mask is None:
         mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    if sinks is not None:  # one more logit per head, with no value: it only lowers the other weights
+        sink = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        weights = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+    else:
+        weights = scores.softmax(-1)
     return torch.matmul(weights, v.float()).to(q.dtype)
 
 
@@ -245,15 +266,26 @@ def _attend_keys(q, m, l, acc, k_ptr, v_ptr, table_ptr, start, head_end, full_en
     return m, l, acc
 
 
+@jit
+def _add_sinks(m, l, acc, sinks_ptr, heads, valid):
+    """Folds each row's head's sink logit into its finished softmax (m, l, acc): it joins the
+    denominator and adds no value. Rows that are not real heads get no sink."""
+    sink = tl.load(sinks_ptr + heads, mask=valid, other=float("-inf")) * 1.4426950408889634
+    m_new = tl.maximum(m, sink)
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m - shift)
+    return l * alpha + tl.exp2(sink - shift), acc * alpha[:, None]
+
+
 @jit(do_not_specialize=("num_splits", "table_stride", "window"))
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_out_ptr, part_lse_ptr,
-    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    query_start_loc_ptr, seq_lens_ptr, block_tables_ptr, sinks_ptr,
     num_heads, group, num_splits, window, qk_scale, cap, v_scale, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SOFTCAP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, FP8: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, FP8: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -296,6 +328,8 @@ def _decode_kernel(
         tl.store(part_lse_ptr + part, tl.where(l > 0, m + tl.log2(l_safe), float("-inf")), mask=group_rows < group)
         tl.store(part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc / l_safe[:, None], mask=row_mask)
     else:
+        if HAS_SINKS:
+            l, acc = _add_sinks(m, l, acc, sinks_ptr, heads, group_rows < group)
         out = acc / l[:, None]
         tl.store(out_ptr + token.to(tl.int64) * out_stride_t + heads[:, None] * out_stride_h + dims[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=row_mask)
@@ -303,8 +337,8 @@ def _decode_kernel(
 
 @jit(do_not_specialize=("num_splits",))
 def _merge_splits_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, query_start_loc_ptr, num_splits, out_stride_t, out_stride_h,
-    HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+    part_out_ptr, part_lse_ptr, out_ptr, query_start_loc_ptr, sinks_ptr, num_splits, out_stride_t, out_stride_h,
+    HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     # BLOCK_SPLITS is always _MAX_SPLITS: the sums below then have one shape whatever the split count,
     # and empty or absent splits add exact zeros, so a sequence's result does not depend on it.
@@ -317,10 +351,17 @@ def _merge_splits_kernel(
     splits = tl.arange(0, BLOCK_SPLITS)
     dims = tl.arange(0, BLOCK_D)
     lse = tl.load(part_lse_ptr + first + splits, mask=splits < num_splits, other=float("-inf"))
-    weights = tl.exp2(lse - tl.max(lse, 0))
+    top = tl.max(lse, 0)
+    if HAS_SINKS:  # the sink joins once, here, as one more split with a logit and no value
+        sink = tl.load(sinks_ptr + head) * 1.4426950408889634
+        top = tl.maximum(top, sink)
+    weights = tl.exp2(lse - top)
+    total = tl.sum(weights, 0)
+    if HAS_SINKS:
+        total += tl.exp2(sink - top)
     mask = (splits < num_splits)[:, None] & (dims < HEAD_DIM)[None, :]
     parts = tl.load(part_out_ptr + (first + splits)[:, None] * HEAD_DIM + dims[None, :], mask=mask, other=0.0)
-    out = tl.sum(parts * weights[:, None], 0) / tl.sum(weights, 0)
+    out = tl.sum(parts * weights[:, None], 0) / total
     tl.store(out_ptr + token.to(tl.int64) * out_stride_t + head * out_stride_h + dims,
              out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
 
@@ -340,13 +381,13 @@ def _tile_owner(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 @jit(do_not_specialize=("num_seqs", "table_stride", "window"))
 def _extend_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr, sinks_ptr,
     num_seqs, group, window, qk_scale, cap, v_scale, q_stride_t, q_stride_h, out_stride_t, out_stride_h,
     cache_stride_b, cache_stride_t, cache_stride_h, table_stride,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, HAS_WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    DECODE_ROWS: tl.constexpr, FP8: tl.constexpr,
+    DECODE_ROWS: tl.constexpr, FP8: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -377,7 +418,7 @@ def _extend_kernel(
     if HAS_WINDOW:
         start = tl.maximum(first_pos + 1 - window, 0) // BLOCK_N * BLOCK_N
         head_end = tl.minimum(tl.cdiv(tl.maximum(kv_end - window, 0), BLOCK_N) * BLOCK_N, full_end)
-    _, l, acc = _attend_keys(q, tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32),
+    m, l, acc = _attend_keys(q, tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32),
                              tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32),
                              tl.zeros([BLOCK_Q * GROUP_PAD, BLOCK_D], tl.float32),
                              k_cache_ptr + kv_head * cache_stride_h, v_cache_ptr + kv_head * cache_stride_h,
@@ -386,6 +427,8 @@ def _extend_kernel(
                              HEAD_DIM, BLOCK_SIZE, BLOCK_N, HAS_WINDOW, SOFTCAP, DOT_PRECISION, FP8)
     if FP8:
         acc = acc * v_scale
+    if HAS_SINKS:
+        l, acc = _add_sinks(m, l, acc, sinks_ptr, heads, rows % GROUP_PAD < group)
     if HAS_WINDOW:  # padding rows past the sequence's last token may see no key
         l = tl.where(l > 0, l, 1.0)
     out = acc / l[:, None]
@@ -490,6 +533,7 @@ def paged_attention_triton(
     batch_invariant: bool = False,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Triton version of :func:`paged_attention_ref`; reads no tensor back to the host.
 
@@ -519,7 +563,7 @@ def paged_attention_triton(
                                device_target(query.device), max_query_len=max_query_len,
                                max_seq_len=max_seq_len, min_query_len=min_query_len, sliding_window=sliding_window,
                                softcap=softcap, num_splits=num_splits, batch_invariant=batch_invariant,
-                               k_scale=k_scale, v_scale=v_scale))
+                               k_scale=k_scale, v_scale=v_scale, sinks=sinks))
     return out
 
 
@@ -527,7 +571,7 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
                        target: KernelTarget, *, max_query_len: int | None = None, max_seq_len: int | None = None,
                        min_query_len: int | None = None, sliding_window: int = 0, softcap: float = 0.0,
                        num_splits: int | None = None, batch_invariant: bool = False, k_scale: float = 1.0,
-                       v_scale: float = 1.0) -> list[Launch]:
+                       v_scale: float = 1.0, sinks: torch.Tensor | None = None) -> list[Launch]:
     """The launches that compute ``out``, for ``target``; allocates the split buffers, runs nothing."""
     num_tokens, num_heads, head_dim = query.shape
     num_seqs, num_kv_heads, block_size = seq_lens.shape[0], k_cache.shape[2], k_cache.shape[1]
@@ -537,14 +581,16 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
     tiles = attention_tiles(head_dim, query.dtype, target, num_heads // num_kv_heads, kv_fp8)
     if kv_fp8:  # the kernels read e4m3 as 1/FP16_SHIFT of its value
         scale, v_scale = scale * k_scale * fp8.FP16_SHIFT, v_scale * fp8.FP16_SHIFT
-    args = (query, fp8.kernel_view(k_cache), fp8.kernel_view(v_cache), out, query_start_loc, seq_lens, block_tables)
+    sinks = None if sinks is None else sinks.float().contiguous()  # None: the kernels never read it
+    args = (query, fp8.kernel_view(k_cache), fp8.kernel_view(v_cache), out, query_start_loc, seq_lens, block_tables,
+            sinks)
     strides = (*_score_args(scale, sliding_window, softcap), float(v_scale), query.stride(0), query.stride(1),
                out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
                block_tables.stride(0))
     shape = {"HEAD_DIM": head_dim, "BLOCK_SIZE": block_size, "BLOCK_N": tiles.block_n,
              "HAS_WINDOW": sliding_window > 0, "SOFTCAP": softcap > 0,
              "BLOCK_D": next_power_of_2(head_dim), "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32",
-             "FP8": kv_fp8}
+             "FP8": kv_fp8, "HAS_SINKS": sinks is not None}
     group = num_heads // num_kv_heads
     launches = []
     if batch_invariant or max_query_len is None or max_query_len > 1:
@@ -570,8 +616,9 @@ def attention_launches(query, k_cache, v_cache, out, query_start_loc, seq_lens, 
                                 num_warps=tiles.decode_warps, num_stages=tiles.stages)))
     if num_splits > 1:
         launches.append(Launch(_merge_splits_kernel, (num_seqs, num_heads),
-                               (parts, lse, out, query_start_loc, num_splits, out.stride(0), out.stride(1)),
-                               {"HEAD_DIM": head_dim, "BLOCK_SPLITS": _MAX_SPLITS, "BLOCK_D": shape["BLOCK_D"]}))
+                               (parts, lse, out, query_start_loc, sinks, num_splits, out.stride(0), out.stride(1)),
+                               {"HEAD_DIM": head_dim, "BLOCK_SPLITS": _MAX_SPLITS, "BLOCK_D": shape["BLOCK_D"],
+                                "HAS_SINKS": sinks is not None}))
     return launches
 
 

@@ -12,8 +12,8 @@ costs about 20 s the first time on a machine (then it is cached on disk: about 3
 groups too small for the copy to matter keep the reference; and a machine where Inductor cannot
 compile (no C++ compiler) keeps it too, after one warning.
 
-A sliding window and a soft-cap (see paged_attention.py) are part of the compiled kernel, one
-compile per distinct pair; keys before a window are masked rather than skipped (they cost reads).
+A sliding window, a soft-cap and sinks (see paged_attention.py) are part of the compiled kernel, one
+compile per distinct combination; keys before a window are masked rather than skipped (they cost reads).
 
 An FP8 cache is read by the same compiled loops, each key and value converted as it is loaded; the
 layer's scales are applied outside them (the key scale to the queries, the value scale to the
@@ -36,7 +36,8 @@ MIN_KEYS = 4096  # sequences x padded length below which the reference's copy is
 
 
 def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-            seq_lens: torch.Tensor, scale: float, sliding_window: int = 0, softcap: float = 0.0) -> torch.Tensor:
+            seq_lens: torch.Tensor, scale: float, sliding_window: int = 0, softcap: float = 0.0,
+            sinks: torch.Tensor | None = None) -> torch.Tensor:
     # q: [batch, heads, dim]; caches: [num_blocks, block_size, kv_heads, dim]; block_tables: [batch, blocks].
     # Keys keep their (block, slot) coordinates and only the batch and block counts are symbolic: a
     # flat position over symbolic sizes cost the compiled loops integer divisions per key (1.9x slower).
@@ -54,9 +55,16 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block
     if sliding_window:  # masked, not skipped: the window's keys are a suffix of every row's blocks
         hidden |= pos < seq_lens[:, None, None] - sliding_window
     scores = scores.masked_fill(hidden[..., None, None], float("-inf"))
-    weights = (scores - scores.amax((1, 2), keepdim=True)).exp()
+    top = scores.amax((1, 2), keepdim=True)  # [batch, 1, 1, kv_heads, group]
+    if sinks is not None:
+        sinks = sinks.float().view(1, 1, 1, kv_heads, -1)
+        top = torch.maximum(top, sinks)
+    weights = (scores - top).exp()
+    total = weights.sum((1, 2))
+    if sinks is not None:  # the sink's weight joins the denominator only
+        total = total + (sinks - top).exp()[:, 0, 0]
     v = v_cache[blocks].float()[..., None, :]
-    out = (weights[..., None] * v).sum((1, 2)) / weights.sum((1, 2))[..., None]
+    out = (weights[..., None] * v).sum((1, 2)) / total[..., None]
     return out.reshape(batch, heads, dim)
 
 
@@ -68,7 +76,7 @@ def _compiled():
 
 
 def attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0,
-                    k_scale=1.0, v_scale=1.0):
+                    k_scale=1.0, v_scale=1.0, sinks=None):
     """``decode_ref``'s contract, always through the compiled kernel (one compile per window and cap)."""
     tables = block_tables[:, :-(-max_len // k_cache.shape[1])].contiguous()
     kv_fp8 = is_fp8(k_cache)
@@ -76,7 +84,7 @@ def attend_compiled(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale,
     for tensor in (queries, tables, seq_lens, k_cache, v_cache):
         torch._dynamo.maybe_mark_dynamic(tensor, 0)
     torch._dynamo.maybe_mark_dynamic(tables, 1)
-    out = _compiled()(queries, k_cache, v_cache, tables, seq_lens, scale, sliding_window, softcap)
+    out = _compiled()(queries, k_cache, v_cache, tables, seq_lens, scale, sliding_window, softcap, sinks)
     return (out * v_scale if kv_fp8 else out).to(q.dtype)
 
 

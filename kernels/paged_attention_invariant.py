@@ -12,7 +12,8 @@ same order whether it is prefilled alone, in a chunk, in a mixed batch or after 
 blocks past a token's position are fully masked and add exact zeros. A decode row costs a padded
 tile of TILE rows: deterministic mode is several times slower on the CPU (docs/benchmarks.md).
 
-A sliding window and a soft-cap (see paged_attention.py) change only the mask and the scores. With
+A sliding window and a soft-cap (see paged_attention.py) change only the mask and the scores, and
+sinks only each row's final denominator. With
 a window, each call starts at the first block any of its tiles' windows reaches: blocks before a
 token's own window are fully masked for it and add exact zeros, so where the fold starts does not
 change its bits.
@@ -43,6 +44,7 @@ def paged_attention_invariant(
     softcap: float = 0.0,
     k_scale: float = 1.0,  # the layer's FP8 scales; unused with a cache of the compute dtype
     v_scale: float = 1.0,
+    sinks: torch.Tensor | None = None,  # [num_heads] float32 sink logits, or None
     **hints,  # the launch hints of paged_attention_ref; nothing here depends on them
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     num_tokens, num_heads, head_dim = query.shape
@@ -65,8 +67,11 @@ def paged_attention_invariant(
         -1, kv_heads, TILE * group, head_dim)
     row_positions = positions_t.repeat_interleave(group, dim=1)[:, None, :, None]  # [tiles, 1, TILE*group, 1]
     calls = [slice(i, i + TILES_PER_CALL) for i in range(0, q.shape[0], TILES_PER_CALL)]
+    row_sinks = None if sinks is None else sinks.float().view(kv_heads, 1, group).expand(
+        kv_heads, TILE, group).reshape(kv_heads, TILE * group)  # each row's head's sink, rows as in q
     out = torch.cat([_fold(q[c], row_positions[c], tables[c], range(int(first_blocks[c].min()), int(blocks[c].max())),
-                           k_cache, v_cache, scale, sliding_window, softcap, k_scale, v_scale) for c in calls])
+                           k_cache, v_cache, scale, sliding_window, softcap, k_scale, v_scale, row_sinks)
+                     for c in calls])
     out = out.view(-1, kv_heads, TILE, group, head_dim).permute(0, 2, 1, 3, 4).reshape(-1, num_heads, head_dim)
     result = torch.empty_like(query)
     real = rows_t.view(-1) < num_tokens
@@ -76,7 +81,8 @@ def paged_attention_invariant(
 
 def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, blocks: range,
           k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, sliding_window: int = 0,
-          softcap: float = 0.0, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+          softcap: float = 0.0, k_scale: float = 1.0, v_scale: float = 1.0,
+          row_sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of up to TILES_PER_CALL tiles, padded to exactly that many: every batched matmul
     then has one shape, and CPU BLAS picks its kernel by the batch's size too."""
     count = q.shape[0]
@@ -111,6 +117,10 @@ def _fold(q: torch.Tensor, row_positions: torch.Tensor, tables: torch.Tensor, bl
         l = l * alpha + p.sum(-1)
         acc = acc * alpha[..., None] + torch.matmul(p, v)
         m = m_new
+    if row_sinks is not None:  # [kv_heads, TILE * group]: joins each row's denominator, adds no value
+        top = torch.maximum(m, row_sinks)
+        alpha = (m - top).exp()
+        l, acc = l * alpha + (row_sinks - top).exp(), acc * alpha[..., None]
     return (acc / l[..., None])[:count]
 
 

@@ -55,3 +55,10 @@ def tiny_harmony(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     return make_harmony_checkpoint(tmp_path_factory.mktemp("checkpoints") / "harmony")
 
+
+@pytest.fixture(scope="session")
+def tiny_gpt_oss(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random gpt-oss (transformers' GptOssConfig): sliding and full layers with sinks, YaRN, biased experts."""
+    from gpt_oss_checkpoint import make_gpt_oss_checkpoint
+
+    return make_gpt_oss_checkpoint(tmp_path_factory.mktemp("checkpoints") / "gpt_oss")

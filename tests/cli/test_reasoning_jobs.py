@@ -90,3 +90,23 @@ def test_the_reasoning_parser_is_part_of_the_job(capsys, tmp_path: Path, qwen3_d
     assert "generated_reasoning" not in exported(capsys, tmp_path / "out")[0]
     code, _, err = invoke(capsys, *base)
     assert "reasoning_parser" in one_line_error(code, err)
+
+
+def test_a_native_gpt_oss_job_returns_its_analysis_as_generated_reasoning(capsys, tmp_path: Path,
+                                                                          tiny_gpt_oss: Path) -> None:
+    """auto picks the harmony parser for gpt-oss; prompts open the analysis channel, a thinking budget of 4 closes
+    it: the analysis is the reasoning column, the final channel alone the text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_gpt_oss)
+    opened = "<|channel|>analysis<|message|>"
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"ticket {i}: it crashes"}], tokenize=False,
+                                             add_generation_prompt=True) + opened for i in range(2)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"prompt": prompt}) + "\n" for prompt in prompts))
+    code, _, err = invoke(capsys, "run", "--model", tiny_gpt_oss, "--input", source, "--output", tmp_path / "out",
+                          "--thinking-budget", "4", "--max-tokens", "12", "--temperature", "0")
+    assert code == 0, err
+    for row in exported(capsys, tmp_path / "out"):
+        assert row["error"] is None and row["reasoning_tokens"] == 4
+        assert row["generated_reasoning"] and "<|channel|>" not in row["generated_text"]

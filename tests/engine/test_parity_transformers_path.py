@@ -72,12 +72,12 @@ def test_every_prompt_length_matches_transformers(checkpoint_factory, arch):
                                max_tokens=16, **PATH)
 
 
-def check_with_chunks_prefix_cache_and_preemption(path) -> None:
+def check_with_chunks_prefix_cache_and_preemption(path, **options) -> None:
     """Shared 20-token prefixes (cache hits across windows), 7-token steps (chunked prefill) and 20 blocks of 4 tokens
-    for eight requests of up to 68 tokens (preemption)."""
+    for eight requests of up to 68 tokens (preemption); ``options`` (default: this path's) go to LLM."""
     hf = hf_model(path)
     llm = LLM(str(path), block_size=4, max_model_len=256, max_num_batched_tokens=7, num_kv_blocks=20,
-              enable_prefix_caching=True, **PATH)
+              enable_prefix_caching=True, **(options or PATH))
     shared = random_prompts(1, 20, 21, seed=2)[0]
     prompts = [shared + tail for tail in random_prompts(8, 10, 40, seed=3)]
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)

@@ -55,3 +55,18 @@ def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         assert [lp[t].logprob for lp, t in zip(a.outputs[0].logprobs, a.outputs[0].token_ids)] == pytest.approx(
             [lp[t].logprob for lp, t in zip(b.outputs[0].logprobs, b.outputs[0].token_ids)], abs=1e-4)
+
+
+def test_native_gpt_oss_through_the_triton_kernels(tiny_gpt_oss):
+    """Sinks with 8-token windows on alternate layers and full attention on the others, in both Triton kernels
+    (30-token prompts in chunks, then decode); gpt-oss's biased, clamped-SwiGLU experts in the fused MoE kernel."""
+    prompts = [list(range(10, 40)), list(range(50, 61))]
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
+    settings = dict(model_impl="native", max_model_len=64, block_size=8, max_num_batched_tokens=16)
+    got, expected = (LLM(str(tiny_gpt_oss), attention_backend=backend, **settings).generate(prompts, params,
+                                                                                              use_tqdm=False)
+                     for backend in ("triton", "torch"))
+    for a, b in zip(got, expected):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        assert [lp[t].logprob for lp, t in zip(a.outputs[0].logprobs, a.outputs[0].token_ids)] == pytest.approx(
+            [lp[t].logprob for lp, t in zip(b.outputs[0].logprobs, b.outputs[0].token_ids)], abs=1e-4)

@@ -1,5 +1,5 @@
-"""What every kernel test shares: the device, the dtypes worth testing there, tolerances, and
-random attention batches over a paged cache."""
+"""What every kernel test shares: the device, the dtypes worth testing there, tolerances,
+random attention batches over a paged cache, and attention written out per token to check them by."""
 
 from __future__ import annotations
 
@@ -53,3 +53,34 @@ def make_batch(rows: list[tuple[int, int]], num_heads: int, num_kv_heads: int, h
     )
     return {k: v.to(DEVICE, dtype if v.is_floating_point() else None) if torch.is_tensor(v) else v
             for k, v in batch.items()}
+
+
+def attention_written_out(batch: dict, sliding_window: int = 0, softcap: float = 0.0,
+                          sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """transformers' eager attention, one token at a time, in fp32 (returned in the query's dtype)."""
+    query, k_cache, v_cache = (batch[name].float() for name in ("query", "k_cache", "v_cache"))
+    block_size, group = k_cache.shape[1], query.shape[1] // k_cache.shape[2]
+    starts, lens = batch["query_start_loc"].tolist(), batch["seq_lens"].tolist()
+    out = torch.empty_like(query)
+    for i, seq_len in enumerate(lens):
+        slots = [int(batch["block_tables"][i, p // block_size]) * block_size + p % block_size for p in range(seq_len)]
+        keys = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1)  # [seq_len, heads, dim]
+        values = v_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1)
+        for token in range(starts[i], starts[i + 1]):
+            pos = seq_len - (starts[i + 1] - token)
+            scores = (query[token][:, None, :] * keys.transpose(0, 1)).sum(-1) * batch["scale"]  # [heads, seq_len]
+            if softcap:
+                scores = softcap * torch.tanh(scores / softcap)
+            key_pos = torch.arange(seq_len, device=query.device)
+            visible = (key_pos <= pos) & ((key_pos > pos - sliding_window) if sliding_window else True)
+            scores = scores.masked_fill(~visible, float("-inf"))
+            if sinks is not None:
+                scores = torch.cat([scores, sinks.to(scores)[:, None]], dim=-1)
+            weights = scores.softmax(-1)[:, :seq_len]
+            out[token] = (weights[:, :, None] * values.transpose(0, 1)).sum(1)
+    return out.to(batch["query"].dtype)
+
+
+def random_sinks(num_heads: int, seed: int = 5) -> torch.Tensor:
+    """Sink logits about as large as the scores, so they change the weights without swamping them."""
+    return torch.randn(num_heads, generator=torch.Generator().manual_seed(seed)) * 2

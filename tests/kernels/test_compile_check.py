@@ -57,8 +57,8 @@ def check_report(report: dict, targets) -> None:
 
 
 def attention_flags(report: dict) -> set:
-    return {(v["constexprs"]["HAS_WINDOW"], v["constexprs"]["SOFTCAP"]) for v in report["kernels"]
-            if v["kernel"] in ("_extend_kernel", "_decode_kernel")}
+    return {(v["constexprs"]["HAS_WINDOW"], v["constexprs"]["SOFTCAP"], v["constexprs"]["HAS_SINKS"])
+            for v in report["kernels"] if v["kernel"] in ("_extend_kernel", "_decode_kernel")}
 
 
 def constexpr_values(report: dict, kernel: str, name: str) -> set:
@@ -73,7 +73,7 @@ def fp8_kernels(report: dict, target: str) -> set:
 def test_quick_matrix_compiles(tmp_path):
     report = run_check(tmp_path / "kernels.json", "--jobs", "1")
     check_report(report, QUICK.targets)
-    assert attention_flags(report) == {(False, False), (True, True)}  # plain, and windowed with a cap
+    assert attention_flags(report) == {(False, False, False), (True, True, True)}  # plain, and all three on
     moe_formats = constexpr_values(report, "_grouped_gemm_kernel", "WEIGHT_FORMAT")
     assert moe_formats == {(target, fmt) for target in QUICK.targets for fmt in FORMATS}
     # FP8 tensor cores on Hopper; the weight upcast in the kernel on Ampere
@@ -100,7 +100,8 @@ def test_sample_matrix_compiles(tmp_path):
     report = run_check(tmp_path / "kernels.json", "--matrix", "sample", "--jobs", "2")
     check_report(report, SAMPLE.targets)
     assert set(SAMPLE.targets) == set(FULL.targets)
-    assert attention_flags(report) == {(False, False), (True, False), (False, True), (True, True)}
+    assert attention_flags(report) == {(False, False, False), (True, False, False), (False, True, False),
+                                       (True, True, False), (False, False, True), (True, False, True)}
     shapes = {label for v in report["kernels"] for label in v["shapes"]}
     assert len(shapes) == (len(SAMPLE.head_dims) * len(SAMPLE.groups) * len(SAMPLE.block_sizes) * len(SAMPLE.dtypes)
                            * len(SAMPLE.fp8_kv))

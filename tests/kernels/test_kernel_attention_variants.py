@@ -1,4 +1,5 @@
-"""Sliding-window and soft-capped attention in the Triton kernels, against paged_attention_ref.
+"""Sliding-window, soft-capped and sink attention in the Triton kernels, against paged_attention_ref
+and (sinks) attention written out per token.
 
 Batches mix decode, fresh prefill and extend rows (see test_kernel_paged_attention.py); windows go
 from 1 key to more than any context, across the kernels' key slice (BLOCK_N: 32 in the
@@ -13,7 +14,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_testing import DEVICE, assert_close, make_batch
+from kernel_testing import DEVICE, assert_close, attention_written_out, make_batch, random_sinks
 
 from bulkinfer.kernels.paged_attention import (
     attention_tiles,
@@ -54,6 +55,25 @@ def test_variants_on_a_mixed_batch(num_heads, num_kv_heads, head_dim, dtype, win
     expected = paged_attention_ref(**batch, sliding_window=window, softcap=softcap)
     actual = paged_attention_triton(**batch, sliding_window=window, softcap=softcap, num_splits=num_splits,
                                     batch_invariant=batch_invariant)
+    assert_close(actual, expected)
+
+
+SINK_CASES = [
+    pytest.param(8, 2, 64, FP32, 0, 1, False, id="g4-unsplit"),
+    pytest.param(8, 2, 64, FP16, 0, 3, False, id="g4-fp16-split"),  # the sink joins at the merge, once
+    pytest.param(8, 1, 64, FP32, 40, 3, False, id="g8-window-split"),  # gpt-oss's sliding layers, and splits
+    pytest.param(2, 2, 128, FP16, 5, 1, True, id="mha-window-invariant"),
+    pytest.param(8, 2, 64, FP32, 0, 1, True, id="g4-invariant"),
+]
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads,head_dim,dtype,window,num_splits,batch_invariant", SINK_CASES)
+def test_sinks_on_a_mixed_batch(num_heads, num_kv_heads, head_dim, dtype, window, num_splits, batch_invariant):
+    batch = make_batch(MIXED, num_heads, num_kv_heads, head_dim, dtype, seed=9)
+    sinks = random_sinks(num_heads).to(DEVICE)
+    expected = attention_written_out(batch, window, sinks=sinks)
+    actual = paged_attention_triton(**batch, sliding_window=window, num_splits=num_splits,
+                                    batch_invariant=batch_invariant, sinks=sinks)
     assert_close(actual, expected)
 
 

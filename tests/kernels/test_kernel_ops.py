@@ -1,5 +1,5 @@
 """The Triton KernelOps: chosen by resolve_ops, and a clear error where Triton cannot run; every
-KernelOps' attention honours a sliding window and a soft-cap."""
+KernelOps' attention honours a sliding window, a soft-cap and sinks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from kernel_testing import DEVICE, assert_close, make_batch
+from kernel_testing import DEVICE, assert_close, attention_written_out, make_batch, random_sinks
 
 
 def test_resolve_ops_gives_the_triton_kernels():
@@ -64,7 +64,7 @@ def test_triton_on_cpu_without_the_interpreter_says_how():
 
 @pytest.mark.parametrize("backend,batch_invariant", [("torch", False), ("auto", False), ("auto", True),
                                                      ("triton", False), ("triton", True)])
-def test_every_kernel_set_honours_a_window_and_a_cap(backend, batch_invariant):
+def test_every_kernel_set_honours_a_window_a_cap_and_sinks(backend, batch_invariant):
     if backend == "triton":
         pytest.importorskip("triton")
     from bulkinfer.kernels.paged_attention import paged_attention_ref
@@ -78,3 +78,7 @@ def test_every_kernel_set_honours_a_window_and_a_cap(backend, batch_invariant):
                                  softcap=2.0)
     assert_close(actual, paged_attention_ref(*args, sliding_window=9, softcap=2.0))
     assert not torch.allclose(actual, paged_attention_ref(*args))
+    sinks = random_sinks(4).to(DEVICE)
+    with_sinks = ops.paged_attention(*args, max_query_len=6, max_seq_len=40, min_query_len=1, sliding_window=9,
+                                     sinks=sinks)
+    assert_close(with_sinks, attention_written_out(batch, 9, sinks=sinks))

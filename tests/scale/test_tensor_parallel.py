@@ -55,6 +55,16 @@ def test_two_ranks_give_the_results_of_one(checkpoint_factory, arch, overrides):
         assert b.logprob == pytest.approx(a.logprob, abs=1e-3) and b.is_greedy == a.is_greedy
 
 
+def test_gpt_oss_on_two_ranks_gives_the_results_of_one(tiny_gpt_oss):
+    """Each rank its heads' sinks and half of every expert's columns; the o_proj and down biases, whole on every
+    rank, added once after the sum."""
+    (one, _), (two, _) = _run(tiny_gpt_oss, 1), _run(tiny_gpt_oss, 2)
+    assert [o.token_ids for o in two] == [o.token_ids for o in one]
+    for a, b in zip(one, two):
+        assert [r[t].logprob for r, t in zip(b.logprobs, b.token_ids)] == pytest.approx(
+            [r[t].logprob for r, t in zip(a.logprobs, a.token_ids)], abs=1e-4)
+
+
 def test_heads_that_do_not_divide_are_refused_before_any_process_starts(checkpoint_factory):
     path = checkpoint_factory("llama", num_key_value_heads=1)
     started = time.monotonic()

@@ -14,7 +14,7 @@ shared memory, warps and stages per kernel variant and target.
 
 Adding a kernel: one ``KernelCheck`` entry in ``CHECKS`` whose function returns the launches its
 launcher decides for a ``Shape`` on a target. Adding a kernel option (a constexpr such as the
-attention's sliding window or softcap flags): its launches in the kernel's case function.
+attention's sliding window, softcap or sinks flags): its launches in the kernel's case function.
 
 Usage: python -m bulkinfer.bench.compile_check [--matrix quick|sample|full] [--targets sm_80,sm_90]
        [--checks fp8_gemm,quantized_moe] [--out PATH] [--jobs N]
@@ -57,13 +57,17 @@ DEFAULT_OUT = Path("benchmarks/results/kernels-compiled.json")
 KV_HEADS = 2  # per rank; the head count is the group size times this
 
 
+AttentionOptions = tuple[int, float, bool]  # (sliding_window, softcap, sinks); only whether each is on counts
+PLAIN_ATTENTION: AttentionOptions = (0, 0.0, False)
+
+
 @dataclass(frozen=True)
 class Shape:
     head_dim: int
     group: int  # query heads per KV head
     block_size: int  # tokens per KV-cache block
     dtype: torch.dtype
-    attention_variants: tuple[tuple[int, float], ...] = ((0, 0.0),)  # (sliding_window, softcap) pairs
+    attention_variants: tuple[AttentionOptions, ...] = ((0, 0.0, False),)
     fp8_kv: bool = False  # the KV cache in e4m3 (kv_cache_dtype="fp8_e4m3") rather than in dtype
 
     @property
@@ -80,15 +84,24 @@ class Matrix:
     block_sizes: tuple[int, ...]
     dtypes: tuple[torch.dtype, ...]
     # Sliding window and soft-cap on and off, at the head sizes of the models that use them
-    # (Mistral and Qwen2: 128; Gemma 2 and 3: 256); plain attention elsewhere. Only whether each
-    # is on makes a variant: the values are runtime arguments of the kernels.
-    attention_variants: tuple[tuple[int, float], ...] = ((0, 0.0), (4096, 0.0), (0, 50.0), (4096, 50.0))
+    # (Mistral and Qwen2: 128; Gemma 2 and 3: 256); sinks alone and with a window (gpt-oss's full
+    # and sliding layers) there and at gpt-oss's head size, 64; plain attention elsewhere. Only
+    # whether each is on makes a variant: the values are runtime arguments of the kernels.
+    attention_variants: tuple[AttentionOptions, ...] = (PLAIN_ATTENTION, (4096, 0.0, False), (0, 50.0, False),
+                                                        (4096, 50.0, False), (0, 0.0, True), (128, 0.0, True))
     # Both KV caches everywhere: the FP8 one converts e4m3 with integer operations on every target.
     fp8_kv: tuple[bool, ...] = (False, True)
 
+    def variants_at(self, head_dim: int) -> tuple[AttentionOptions, ...]:
+        if head_dim >= 128:
+            return self.attention_variants
+        if head_dim == 64:
+            return (PLAIN_ATTENTION,) + tuple(v for v in self.attention_variants if v[2] and not v[1])
+        return (PLAIN_ATTENTION,)
+
     def shapes(self, target: KernelTarget) -> Iterable[Shape]:
         for head_dim in self.head_dims:
-            variants = self.attention_variants if head_dim >= 128 else ((0, 0.0),)
+            variants = self.variants_at(head_dim)
             for group in self.groups:
                 for block_size in self.block_sizes:
                     for dtype in self.dtypes:
@@ -100,8 +113,8 @@ FULL = Matrix(("sm_80", "sm_86", "sm_90"), (64, 80, 96, 128, 256), tuple(range(1
               (torch.float16, torch.bfloat16))
 # What the default test suite compiles (about 50 variants): the widest head size, the one that
 # spilled before 8 warps, with a GQA group, on the two targets most deployments use; attention
-# plain and with both a window and a cap (each alone is in the full matrix).
-QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,), ((0, 0.0), (4096, 50.0)))
+# plain and with a window, a cap and sinks all on (each alone is in the full matrix).
+QUICK = Matrix(("sm_80", "sm_90"), (256,), (4,), (16,), (torch.bfloat16,), (PLAIN_ATTENTION, (4096, 50.0, True)))
 # What CI's slow suite compiles (about 120 variants): every kernel on every target, at the shape
 # values the quick subset leaves out (a head size that is not a power of two, an odd GQA group, the
 # larger block, fp16) and each attention option alone.
@@ -128,9 +141,10 @@ def _cache(shape: Shape) -> torch.Tensor:
 
 def attention_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     """Mixed steps (extend + unsplit decode), a lone long decode (split + merge), batch-invariant;
-    each for the shape's (sliding window, softcap) pairs."""
+    each for the shape's (sliding window, softcap, sinks) variants."""
     launches = []
-    for sliding_window, softcap in shape.attention_variants:
+    for sliding_window, softcap, has_sinks in shape.attention_variants:
+        sinks = torch.zeros(shape.group * KV_HEADS) if has_sinks else None
         for num_seqs, num_splits, invariant in ((3, 1, False), (1, 16, False), (3, None, True)):
             q, _, _ = _qkv(shape, 8)
             cache = _cache(shape)
@@ -138,7 +152,7 @@ def attention_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
             meta = (torch.zeros(num_seqs + 1, dtype=torch.int32), torch.zeros(num_seqs, dtype=torch.int32), tables)
             launches += attention_launches(q, cache, cache, torch.empty_like(q), *meta, shape.head_dim ** -0.5,
                                            target, sliding_window=sliding_window, softcap=softcap,
-                                           num_splits=num_splits, batch_invariant=invariant)
+                                           num_splits=num_splits, batch_invariant=invariant, sinks=sinks)
     return launches
 
 
@@ -165,20 +179,25 @@ def rms_norm_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 
 
 def silu_mul_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """SiLU-and-mul, and gpt-oss's clamped SwiGLU."""
     inter = 4 * shape.group * KV_HEADS * shape.head_dim
     rows = torch.zeros(8, 2 * inter, dtype=shape.dtype)
-    return [silu_and_mul_launch(rows, torch.empty(8, inter, dtype=shape.dtype))]
+    return [silu_and_mul_launch(rows, torch.empty(8, inter, dtype=shape.dtype), clamped_swiglu)
+            for clamped_swiglu in (None, (7.0, 1.702))]
 
 
-# (hidden, expert inter, experts, top_k): Mixtral 8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B.
-MOE_SHAPES = ((4096, 14336, 8, 2), (2048, 1408, 60, 4), (2048, 768, 128, 8))
+# (hidden, expert inter, experts, top_k, biased): Mixtral 8x7B, Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B, and
+# gpt-oss-20b, whose gate/up projection has a bias per expert.
+MOE_SHAPES = ((4096, 14336, 8, 2, False), (2048, 1408, 60, 4, False), (2048, 768, 128, 8, False),
+              (2880, 2880, 32, 4, True))
 
 
 def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     """Both grouped GEMMs for each MoE model shape and each row tile (decode to prefill sizes);
     the attention shape only lends its dtype. Weights are meta tensors: only their strides count."""
     launches = []
-    for hidden, inter, experts, top_k in MOE_SHAPES:
+    for hidden, inter, experts, top_k, biased in MOE_SHAPES:
+        bias = torch.zeros(experts, 2 * inter, dtype=shape.dtype) if biased else None
         w13 = torch.empty(experts, 2 * inter, hidden, dtype=shape.dtype, device="meta")
         w2 = torch.empty(experts, hidden, inter, dtype=shape.dtype, device="meta")
         for tokens in (4, 64, 1024):
@@ -188,7 +207,7 @@ def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
             gate_up = torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype)
             act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
             down = torch.zeros(tokens * top_k, hidden, dtype=shape.dtype)
-            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k, target),
+            launches += [grouped_gemm_launch(x, w13, gate_up, alignment, top_k, target, bias=bias),
                          grouped_gemm_launch(act, w2, down, alignment, 1, target, torch.zeros(tokens * top_k))]
     return launches
 
@@ -477,7 +496,8 @@ def report(matrix: Matrix, results: list[Variant], checks: Iterable[KernelCheck]
         "checks": [check.name for check in checks],
         "matrix": {"head_dims": matrix.head_dims, "groups": matrix.groups, "block_sizes": matrix.block_sizes,
                    "dtypes": [str(d).removeprefix("torch.") for d in matrix.dtypes],
-                   "attention_variants (sliding_window, softcap) at head_dim >= 128": matrix.attention_variants},
+                   "attention_variants (sliding_window, softcap, sinks) at head_dim >= 128, sinks at 64":
+                       matrix.attention_variants},
         "variants": len(results),
         "failures": sum(1 for v in results if v.problems),
         "kernels": [asdict(v) for v in results],

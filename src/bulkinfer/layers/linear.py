@@ -63,8 +63,11 @@ class Linear(nn.Linear):
     batch_invariant = False  # set on the instances of a deterministic engine (set_batch_invariant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._project(x, self.bias)
+
+    def _project(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])  # transformers' model code passes [batch, tokens, features]
-        out = (invariant_linear if self.batch_invariant else linear)(flat, self.weight, self.bias)
+        out = (invariant_linear if self.batch_invariant else linear)(flat, self.weight, bias)
         return out.view(*x.shape[:-1], out.shape[-1])
 
 
@@ -102,13 +105,16 @@ class ColumnParallelLinear(Linear):
 
 
 class RowParallelLinear(Linear):
-    """This rank's `in_features / K` input columns; partial outputs are summed across ranks.
-    No bias: none of the models' row-parallel projections has one."""
+    """This rank's `in_features / K` input columns; partial outputs are summed across ranks. A bias
+    (gpt-oss's output projection) is whole on every rank and added once, after the sum."""
 
-    def __init__(self, in_features: int, out_features: int, tp: TensorParallel, what: str):
-        super().__init__(tp.split(in_features, what), out_features, bias=False)
+    def __init__(self, in_features: int, out_features: int, tp: TensorParallel, what: str, bias: bool = False):
+        super().__init__(tp.split(in_features, what), out_features, bias=bias)
         self.weight.tp_dim = 1
         self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tp.all_reduce(super().forward(x))
+        if self.tp.size == 1:
+            return super().forward(x)
+        out = self.tp.all_reduce(self._project(x, None))
+        return out if self.bias is None else out + self.bias

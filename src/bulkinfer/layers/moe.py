@@ -9,6 +9,10 @@ same split as a dense MLP): gate/up rows and down columns. Each rank computes a 
 its columns for every routed token and one all-reduce adds them up, so no rank waits for another's
 experts and the load is even however the router picks. The router and Qwen2-MoE's shared-expert
 gate are replicated.
+
+gpt-oss's experts have biases and their own activation (a clamped SwiGLU): the gate/up bias goes
+into each expert's first matmul, the down bias, whole on every rank, is added once after the sum
+(weighted as its expert's output is).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ def route(logits: torch.Tensor, top_k: int, normalize: bool) -> tuple[torch.Tens
 
 class FusedExperts(nn.Module):
     """Every expert's gated MLP, stacked: ``gate_up_proj`` [E, 2 * inter, hidden] (gate rows, then up
-    rows) and ``down_proj`` [E, hidden, inter], inter being this rank's share of the columns.
+    rows) and ``down_proj`` [E, hidden, inter], inter being this rank's share of the columns; with
+    ``bias``, ``gate_up_bias`` [E, 2 * inter] and ``down_bias`` [E, hidden] (whole on every rank).
 
     ``tp_dim`` is the dimension of one expert's checkpoint tensor that ranks split, as for a linear layer.
     """
@@ -45,31 +50,47 @@ class FusedExperts(nn.Module):
     batch_invariant = False  # set by set_batch_invariant: a row's result must not depend on the others
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, ops: KernelOps,
-                 tp: TensorParallel):
+                 tp: TensorParallel, bias: bool = False, clamped_swiglu: tuple[float, float] | None = None):
         super().__init__()
         inter = tp.split(intermediate_size, EXPERT_COLUMNS)
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * inter, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, inter))
         self.gate_up_proj.tp_dim, self.down_proj.tp_dim = 0, 1
+        self.gate_up_bias = self.down_bias = None
+        if bias:
+            self.gate_up_bias = nn.Parameter(torch.empty(num_experts, 2 * inter))
+            self.down_bias = nn.Parameter(torch.empty(num_experts, hidden_size))
+            self.gate_up_bias.tp_dim = 0
+        self.clamped_swiglu = clamped_swiglu
         self.ops = ops
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """This rank's partial sum of each token's weighted experts: [T, hidden]."""
+        """This rank's partial sum of each token's weighted experts, without their down bias: [T, hidden]."""
+        variant = {}
+        if self.gate_up_bias is not None or self.clamped_swiglu is not None:
+            variant = {"w13_bias": self.gate_up_bias, "clamped_swiglu": self.clamped_swiglu}
         if self.batch_invariant:  # the reference's per-expert matmuls, each with one tiling for any row count
-            return fused_moe_ref(x, self.gate_up_proj, self.down_proj, weights, ids, linear=invariant_linear)
-        return self.ops.fused_moe(x, self.gate_up_proj, self.down_proj, weights, ids)
+            return fused_moe_ref(x, self.gate_up_proj, self.down_proj, weights, ids, linear=invariant_linear,
+                                 **variant)
+        return self.ops.fused_moe(x, self.gate_up_proj, self.down_proj, weights, ids, **variant)
+
+    def weighted_down_bias(self, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Each token's experts' down biases, weighted by its router weights: [T, hidden]."""
+        return (weights[..., None] * self.down_bias[ids].float()).sum(1)
 
 
 class SparseMoeBlock(nn.Module):
     """Routed experts, plus Qwen2-MoE's shared expert (every token, scaled by a sigmoid gate) when
-    ``shared_intermediate_size`` is not 0."""
+    ``shared_intermediate_size`` is not 0. With ``bias`` the router and the experts have biases (gpt-oss)."""
 
     def __init__(self, hidden_size: int, num_experts: int, top_k: int, intermediate_size: int, normalize: bool,
-                 shared_intermediate_size: int, ops: KernelOps, tp: TensorParallel):
+                 shared_intermediate_size: int, ops: KernelOps, tp: TensorParallel, bias: bool = False,
+                 clamped_swiglu: tuple[float, float] | None = None):
         super().__init__()
-        self.gate = Linear(hidden_size, num_experts, bias=False)  # the router
+        self.gate = Linear(hidden_size, num_experts, bias=bias)  # the router
         self.top_k, self.normalize = top_k, normalize
-        self.experts = FusedExperts(num_experts, hidden_size, intermediate_size, ops, tp)
+        self.experts = FusedExperts(num_experts, hidden_size, intermediate_size, ops, tp, bias, clamped_swiglu)
+        self.expert_bias = bias  # the experts may be swapped for quantized ones (layers/quantize.py), which have none
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate_size:
             self.shared_expert = MLP(hidden_size, shared_intermediate_size, ops, tp, SHARED_COLUMNS)
@@ -79,6 +100,8 @@ class SparseMoeBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         weights, ids = route(self.gate(x), self.top_k, self.normalize)
         out = self.tp.all_reduce(self.experts(x, weights, ids))
+        if self.expert_bias:
+            out = out + self.experts.weighted_down_bias(weights, ids).to(out.dtype)
         if self.shared_expert is not None:
             out = out + _row_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out

@@ -21,11 +21,13 @@ from bulkinfer.layers.linear import linear, onednn_linear, runs_on_onednn
 
 
 def fused_moe_cpu(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor) -> torch.Tensor:
-    """``fused_moe_ref`` with each expert's matmuls on oneDNN, through packed weights where it runs."""
+                  topk_ids: torch.Tensor, **variant) -> torch.Tensor:
+    """``fused_moe_ref`` with each expert's matmuls on oneDNN, through packed weights where it runs;
+    ``variant``: the reference's ``w13_bias`` and ``clamped_swiglu``."""
     if not runs_on_onednn(x):
-        return fused_moe_ref(x, w13, w2, topk_weights, topk_ids, linear=linear)
-    return fused_moe_ref(x, packed_experts(w13), packed_experts(w2), topk_weights, topk_ids, linear=onednn_linear)
+        return fused_moe_ref(x, w13, w2, topk_weights, topk_ids, linear=linear, **variant)
+    return fused_moe_ref(x, packed_experts(w13), packed_experts(w2), topk_weights, topk_ids, linear=onednn_linear,
+                         **variant)
 
 
 def packed_experts(stacked: torch.Tensor) -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Rotary embedding frequencies: plain, linear-scaled and llama3-scaled, as one cos/sin table."""
+"""Rotary embedding frequencies: plain, linear-scaled, llama3-scaled and YaRN-scaled, as one cos/sin table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
@@ -18,6 +18,8 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: dict | None) -> to
         return inv_freq / scaling["factor"]
     if rope_type == "llama3":
         return _llama3_scaled(inv_freq, scaling)
+    if rope_type == "yarn":
+        return _yarn_scaled(inv_freq, head_dim, theta, scaling)
     raise ValueError(f"rope scaling type {rope_type!r} is not supported "
                      f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})")
 
@@ -38,6 +40,41 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     return torch.where(in_band, blended, scaled)
 
 
+def _yarn_scaled(inv_freq: torch.Tensor, head_dim: int, theta: float, scaling: dict) -> torch.Tensor:
+    # YaRN (gpt-oss): dimensions turning fewer than beta_slow times over the original context are
+    # slowed by `factor`, those turning more than beta_fast times kept, and a linear ramp between.
+    factor = scaling["factor"]
+    old_len = scaling["original_max_position_embeddings"]
+
+    def dim_turning(rotations: float) -> float:  # the dimension that turns `rotations` times over old_len
+        return head_dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_turning(scaling.get("beta_fast") or 32), dim_turning(scaling.get("beta_slow") or 1)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / max(high - low, 0.001)).clamp(0, 1)
+    return inv_freq / factor * ramp + inv_freq * (1 - ramp)
+
+
+def attention_factor(scaling: dict | None) -> float:
+    """What YaRN multiplies cos and sin by (so each score by its square): 0.1 ln(factor) + 1, or the
+    config's own ``attention_factor``; 1 for the other rope types."""
+    scaling = scaling or {}
+    if scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return _yarn_mscale(scaling["factor"], mscale) / _yarn_mscale(scaling["factor"], mscale_all_dim)
+    return _yarn_mscale(scaling["factor"])
+
+
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
 def cos_sin_cache(head_dim: int, max_position: int, theta: float,
                   scaling: dict | None) -> torch.Tensor:  # [max_position, head_dim] fp32
     """Computed on the CPU (the same bits on every machine), then moved to the default device,
@@ -45,5 +82,5 @@ def cos_sin_cache(head_dim: int, max_position: int, theta: float,
     with torch.device("cpu"):
         inv_freq = inverse_frequencies(head_dim, theta, scaling)
         angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
-        table = torch.cat((angles.cos(), angles.sin()), dim=-1)
+        table = torch.cat((angles.cos(), angles.sin()), dim=-1) * attention_factor(scaling)
     return table.to(torch.get_default_device())

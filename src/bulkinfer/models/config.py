@@ -24,7 +24,11 @@ SUPPORTED_ARCHITECTURES = {
     "MixtralForCausalLM": {"moe": "mixtral"},
     "Qwen2MoeForCausalLM": {"qkv_bias": True, "moe": "qwen2_moe"},
     "Qwen3MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_moe"},
+    # Sliding and full layers by config.layer_types, a sink per head, biased projections, biased experts.
+    "GptOssForCausalLM": {"moe": "gpt_oss", "layer_windows": True, "attention_sinks": True, "o_bias": True},
 }
+# gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
+_DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class MoEConfig:
     normalize: bool  # the top-k router weights renormalized to sum to 1
     shared_intermediate_size: int  # Qwen2-MoE's shared expert; 0 for none
     sparse_layers: frozenset[int]
+    bias: bool = False  # gpt-oss: the router and every expert projection have a bias
+    clamped_swiglu: tuple[float, float] | None = None  # gpt-oss's activation (limit, alpha); None: SiLU and multiply
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
@@ -46,6 +52,9 @@ class MoEConfig:
         num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
         if family == "mixtral":  # every layer sparse, weights always renormalized
             return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers))
+        if family == "gpt_oss":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
+            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers),
+                       bias=True, clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
         # Qwen2-MoE and Qwen3-MoE: a layer is sparse every decoder_sparse_step layers, unless listed dense.
         step, dense = hf.get("decoder_sparse_step", 1), set(hf.get("mlp_only_layers") or ())
         sparse = {i for i in layers if i not in dense and num_experts > 0 and (i + 1) % step == 0}
@@ -72,12 +81,20 @@ class ModelConfig:
     qkv_bias: bool
     qk_norm: bool
     torch_dtype: torch.dtype
-    sliding_window: int | None
+    sliding_window: int | None  # every layer's window; None: none, or each layer's own (layer_windows)
     moe: MoEConfig | None = None  # None: a dense model
     implementation: str = "native"  # whose code runs it: "native" (models/llama.py) or "transformers"
     quantization: QuantizationConfig | None = None  # None: plain weights
     head: str = "lm"  # one of HEADS
     labels: tuple[str, ...] = ()  # a classifier's label names, by index (id2label)
+    layer_windows: tuple[int, ...] = ()  # each layer's sliding window, 0 for a full layer (gpt-oss); () for none
+    attention_sinks: bool = False  # a learned sink logit per head in every layer (gpt-oss)
+    o_bias: bool = False  # the attention output projection has a bias
+    mxfp4_experts: bool = False  # experts stored in MXFP4, dequantized at load
+
+    def window(self, layer: int) -> int:
+        """Layer ``layer``'s sliding window for the attention kernels; 0 for none."""
+        return self.layer_windows[layer] if self.layer_windows else 0
 
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
@@ -90,6 +107,9 @@ class ModelConfig:
                                         "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = hf["num_attention_heads"]
+        method = (hf.get("quantization_config") or {}).get("quant_method")
+        dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD
+        windows = _layer_windows(hf) if parts.get("layer_windows") else ()
         rope = hf.get("rope_parameters") or {}  # transformers >= 5 keeps theta and scaling here
         scaling = hf.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
         return cls(
@@ -109,11 +129,15 @@ class ModelConfig:
             qkv_bias=hf.get("qkv_bias", parts.get("qkv_bias", False)) or hf.get("attention_bias", False),
             qk_norm=parts.get("qk_norm", False),
             torch_dtype=checkpoint_dtype(hf.get("dtype") or hf.get("torch_dtype")),
-            sliding_window=_sliding_window(hf),
+            sliding_window=None if windows else _sliding_window(hf),
             moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
-            quantization=quantization_from_hf(hf),
+            quantization=None if dequantized else quantization_from_hf(hf),
             head=parts.get("head", "lm"),
             labels=_labels(hf) if parts.get("head") == "classifier" else (),
+            layer_windows=windows,
+            attention_sinks=parts.get("attention_sinks", False),
+            o_bias=parts.get("o_bias", False),
+            mxfp4_experts=dequantized,
         )
 
 
@@ -141,6 +165,12 @@ def _labels(hf: dict) -> tuple[str, ...]:
 
 def checkpoint_dtype(name: str | None) -> torch.dtype:
     return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(name or "float32", torch.float32)
+
+
+def _layer_windows(hf: dict) -> tuple[int, ...]:
+    """config.layer_types: "sliding_attention" layers see sliding_window tokens, the others all."""
+    window = hf.get("sliding_window") or 0
+    return tuple(window if kind == "sliding_attention" else 0 for kind in hf["layer_types"])
 
 
 def _sliding_window(hf: dict) -> int | None:

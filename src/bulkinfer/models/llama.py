@@ -1,5 +1,6 @@
 """The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm), and
-their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers).
+their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers), and
+gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN, biased clamped-SwiGLU experts).
 
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
@@ -38,7 +39,7 @@ def check_splits(config: ModelConfig, tp: TensorParallel) -> None:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, ops: KernelOps, tp: TensorParallel):
+    def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.head_dim = config.head_dim
         self.num_heads = tp.split(config.num_heads, HEADS)
@@ -49,7 +50,13 @@ class Attention(nn.Module):
         # This rank's q rows, then its k rows, then its v rows (the loader lays them out so).
         self.qkv_proj = ColumnParallelLinear(config.hidden_size, (config.num_heads + 2 * config.num_kv_heads)
                                              * self.head_dim, tp, HEADS, bias=config.qkv_bias)
-        self.o_proj = RowParallelLinear(config.num_heads * self.head_dim, config.hidden_size, tp, HEADS)
+        self.o_proj = RowParallelLinear(config.num_heads * self.head_dim, config.hidden_size, tp, HEADS,
+                                        bias=config.o_bias)
+        self.sliding_window = config.window(layer)
+        self.sinks = None
+        if config.attention_sinks:  # fp32, as the kernels read them; this rank's heads
+            self.sinks = nn.Parameter(torch.empty(self.num_heads, dtype=torch.float32))
+            self.sinks.tp_dim = 0
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
@@ -77,7 +84,8 @@ class Attention(nn.Module):
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
                                        attn.seq_lens, attn.block_tables, self.scale,
                                        max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len,
-                                       min_query_len=attn.min_query_len, **scales)
+                                       min_query_len=attn.min_query_len, sliding_window=self.sliding_window,
+                                       sinks=self.sinks, **scales)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
@@ -87,14 +95,14 @@ def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel
     if not config.is_sparse(layer):
         return MLP(config.hidden_size, config.intermediate_size, ops, tp, MLP_COLUMNS)
     return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.normalize,
-                          moe.shared_intermediate_size, ops, tp)
+                          moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu)
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.self_attn = Attention(config, ops, tp)
+        self.self_attn = Attention(config, layer, ops, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.mlp = make_mlp(config, layer, ops, tp)
 

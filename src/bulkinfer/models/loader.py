@@ -17,6 +17,7 @@ from bulkinfer.models.checkpoint import safetensors_files
 from bulkinfer.layers.quantize import quantize_layers
 from bulkinfer.layers.quantized_weights import WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
+from bulkinfer.models.gpt_oss_weights import gpt_oss_tensors
 from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.quantization.config import quantization_from_hf
 from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
@@ -104,6 +105,8 @@ _LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale)"
 # slot of the stacked expert parameters (or of a quantized stack's).
 _FUSED = [
     (re.compile(rf"(.*)\.self_attn\.([qkv])_proj\.{_LINEAR}$"), r"\1.self_attn.qkv_proj.\3"),
+    (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.bias$"), r"\1.gate_up_bias"),  # gpt-oss's expert biases
+    (re.compile(r"(.*\.experts)\.\d+\.(down)_proj\.bias$"), r"\1.down_bias"),
     (re.compile(r"(.*\.experts)\.\d+\.(gate|up)_proj\.weight$"), r"\1.gate_up_proj"),
     (re.compile(r"(.*\.experts)\.\d+\.(down)_proj\.weight$"), r"\1.down_proj"),
     (re.compile(rf"(.*\.experts)\.\d+\.(gate|up)_proj\.{_LINEAR}$"), r"\1.gate_up_proj.\3"),
@@ -196,9 +199,9 @@ def _parts(param_name: str, param: torch.Tensor) -> int:
     """How many checkpoint tensors fill a parameter."""
     if ".qkv_proj." in param_name:
         return 3
-    if ".experts.gate_up_proj" in param_name:  # plain, or one of a quantized stack's tensors
-        return 2 * param.shape[0]
-    if ".experts.down_proj" in param_name:
+    if ".experts.gate_up_proj" in param_name or param_name.endswith(".experts.gate_up_bias"):
+        return 2 * param.shape[0]  # plain, or one of a quantized stack's tensors
+    if ".experts.down_proj" in param_name or param_name.endswith(".experts.down_bias"):
         return param.shape[0]
     return 2 if ".gate_up_proj." in param_name else 1
 
@@ -215,7 +218,9 @@ def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice
 
 
 def _tensors(path: Path, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
-    """The checkpoint's tensors, a quantized layer's as their canonical layout."""
+    """The checkpoint's tensors, a quantized layer's as their canonical layout, gpt-oss's experts one by one."""
+    if config.architecture == "GptOssForCausalLM":
+        return gpt_oss_tensors(_checkpoint_tensors(path))
     if config.quantization is None:
         return _checkpoint_tensors(path)
     layout = config.quantization.layout

@@ -62,9 +62,10 @@ def running(step: Step) -> Iterator[Step]:
 def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                             attention_mask: torch.Tensor | None, scaling: float | None = None,
                             sliding_window: int | None = None, softcap: float | None = None,
-                            **kwargs) -> tuple[torch.Tensor, None]:
+                            s_aux: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention contract: query [1, heads, T, dim], key/value [1, kv_heads, T, dim] of
-    the new tokens, positions applied; returns [1, T, heads, dim]."""
+    the new tokens, positions applied; returns [1, T, heads, dim]. ``s_aux``: gpt-oss's attention
+    sinks, a logit per query head, passed to the kernels as ``sinks``."""
     step = _STEP.get()
     if step is None:
         raise RuntimeError("bulkinfer's paged attention runs inside a bulkinfer engine step only")
@@ -81,7 +82,7 @@ def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
         q, cache.k_cache, cache.v_cache, attn.query_start_loc, attn.seq_lens, attn.block_tables,
         scaling if scaling is not None else q.shape[-1] ** -0.5, max_query_len=attn.max_query_len,
         max_seq_len=attn.max_seq_len, min_query_len=attn.min_query_len, sliding_window=sliding_window or 0,
-        softcap=softcap or 0.0, **scales)
+        softcap=softcap or 0.0, sinks=None if s_aux is None else s_aux.float(), **scales)
     return out[None], None
 
 
@@ -91,8 +92,6 @@ def check_supported(module: nn.Module, key: torch.Tensor, value: torch.Tensor, k
     if key.shape != value.shape:
         raise UnsupportedAttentionError(f"keys {tuple(key.shape[1:])} and values {tuple(value.shape[1:])} differ "
                                         "in size (e.g. multi-head latent attention)")
-    if kwargs.get("s_aux") is not None:
-        raise UnsupportedAttentionError("attention sinks (s_aux) are not implemented in the paged kernels")
     if not getattr(module, "is_causal", True):
         raise UnsupportedAttentionError("its attention is bidirectional, not causal")
 
