@@ -5,17 +5,29 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from bulkinfer.cli.batch_format import check_format
+from bulkinfer.cli.options import given_options, with_options
+from bulkinfer.cli.run import run_settings
 from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.errors import UsageError
+from bulkinfer.runner.config import json_object
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status, shards_left
 from bulkinfer.runner.storage import is_remote
-from bulkinfer.settings import expand_home
+from bulkinfer.settings import Setting, expand_home
+
+
+def store_settings() -> list[Setting]:
+    """What reading a job's output on object storage takes: `run`'s own --storage-options."""
+    return [s for s in run_settings() if s.name == "storage_options"]
+
+
+def _storage_options(options: dict[str, Any]) -> dict[str, Any] | None:
+    return json_object("storage_options", given_options(options, store_settings()).get("storage_options"))
 
 
 def export_command(
@@ -29,6 +41,7 @@ def export_command(
                                          help="rows (every column) or openai-batch (OpenAI Batch API output "
                                               "lines) (default: openai-batch for a job run with --format "
                                               "openai-batch, else rows)."),
+    **options: Any,
 ) -> int:
     if check_format(format or ("openai-batch" if is_batch_job(output) else "rows")) == "openai-batch":
         if is_remote(file):
@@ -36,7 +49,7 @@ def export_command(
                              f"then copy it to the store")
         result = export_openai_batch(Path(output), Path(file), partial=partial)
     else:
-        result = export_job(output, file, partial=partial)
+        result = export_job(output, file, partial=partial, storage_options=_storage_options(options))
     print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)
     return 0
 
@@ -49,9 +62,10 @@ def status_command(
                                                         "the ledger (reads them all); exit 1 if any is damaged "
                                                         "(on object storage, damaged files are then voided, for "
                                                         "the next run to redo)."),
+    **options: Any,
 ) -> int:
     """Result files are always checked for presence and size."""
-    status = job_status(output, verify=verify)
+    status = job_status(output, verify=verify, storage_options=_storage_options(options))
     if as_json:
         print(json.dumps(status.to_json()))
     else:
@@ -68,3 +82,7 @@ def status_command(
             print("  every result file is as committed")
     return 1 if status.damaged else 0
 
+
+
+with_options(export_command, store_settings())
+with_options(status_command, store_settings())
