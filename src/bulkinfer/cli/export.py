@@ -12,8 +12,8 @@ import typer
 from bulkinfer.cli.batch_format import check_format
 from bulkinfer.cli.options import given_options, with_options
 from bulkinfer.cli.run import run_settings
-from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.errors import UsageError
+from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.runner.config import json_object
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.status import job_status, shards_left

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import typer
 
