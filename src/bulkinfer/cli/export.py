@@ -83,6 +83,5 @@ def status_command(
     return 1 if status.damaged else 0
 
 
-
 with_options(export_command, store_settings())
 with_options(status_command, store_settings())
