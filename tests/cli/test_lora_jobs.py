@@ -118,3 +118,11 @@ def test_a_score_job_scores_each_row_under_its_adapter(capsys, tmp_path, tiny_ll
     base = llm.loglikelihood(pair)[0].logprob
     assert results[0]["logprob"] == pytest.approx(sql, abs=1e-4)
     assert results[1]["logprob"] == pytest.approx(base, abs=1e-4) and abs(sql - base) > 1e-2
+
+
+
+def test_an_adapter_that_cannot_be_read_is_refused_before_a_ray_job_starts(capsys, tmp_path, tiny_llama):
+    code, err = _run(capsys, tmp_path, tiny_llama, [{"prompt": "x", "adapter": "sql"}], "--lora", "sql=/no/such/adapter",
+                     "--param-column", "lora=adapter", "--executor", "ray")
+    assert "no adapter_config.json" in one_line_error(code, err)
+    assert not (tmp_path / "out" / "job.json").exists()

@@ -39,3 +39,20 @@ def test_storage_options_are_written_nowhere_in_the_output(capsys, tiny_llama: P
     written = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
     assert any(path.name == "stats.json" for path in written)
     assert not [path for path in written if b"a-secret-to-keep" in path.read_bytes()]
+
+
+def test_status_and_export_reach_the_store_through_storage_options(capsys, monkeypatch, tiny_llama: Path,
+                                                                   s3_server, tmp_path: Path) -> None:
+    url = _uploaded(s3_server, tmp_path, "flagged/in.jsonl")
+    out = s3_server.url("flagged/out")
+    code, _, err = invoke(capsys, "run", "--model", tiny_llama, "--input", url, "--output", out, *FAST)
+    assert code == 0, err
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # the store's address comes from the flag alone
+    store = ("--storage-options", json.dumps({"endpoint_url": s3_server.endpoint}))
+    code, printed, err = invoke(capsys, "status", out, "--json", *store)
+    assert code == 0 and json.loads(printed)["rows_done"] == 3, err
+    code, _, err = invoke(capsys, "export", out, tmp_path / "results.jsonl", *store)
+    assert code == 0, err
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 3
+    code, _, err = invoke(capsys, "status", out, "--storage-options", "[1]")
+    assert code == 2 and err == "bulkinfer: error: storage_options must be a JSON object, got [1]\n"

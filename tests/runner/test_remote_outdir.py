@@ -202,3 +202,28 @@ def test_an_output_the_store_cannot_take_is_one_line(capsys, tmp_path: Path, tin
     except ImportError:
         code, _, err = _run(capsys, tiny_llama, data, "gs://bucket/out")
         assert code == 2 and "pip install 'bulkinfer[gcs]'" in err.splitlines()[-1]
+
+
+def test_an_input_in_the_output_prefix_or_holding_it_is_refused(capsys, s3_server, tmp_path: Path,
+                                                                 tiny_llama: Path, data: Path) -> None:
+    prefix = s3_server.url(tmp_path.name)
+    fs = RemoteJobDir(prefix).fs
+    fs.put_file(str(data), f"{prefix}/out/in.jsonl")
+    for source, out in ((f"{prefix}/out/in.jsonl", f"{prefix}/out/"), (f"{prefix}/", f"{prefix}/out")):
+        code, _, err = _main(capsys, "run", "--model", str(tiny_llama), "--input", source, "--output", out, *RUN)
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"--output {out} is inside the input {prefix}" in err
+    assert not RemoteJobDir(f"{prefix}/out").has_job()
+
+
+def test_an_export_into_the_jobs_prefix_is_refused(capsys, s3_server, tmp_path: Path, tiny_llama: Path,
+                                                   data: Path) -> None:
+    out = s3_server.url(f"{tmp_path.name}/out")
+    assert _run(capsys, tiny_llama, data, out)[0] == 0
+    for inside in (f"{out}/results.parquet", f"{out}/shards/more/results.jsonl"):
+        code, _, err = _main(capsys, "export", out, inside)
+        assert code == 2 and err == (f"bulkinfer: error: {inside}: inside the job output directory {out}, where "
+                                     f"only bulkinfer writes; export to a file outside it\n")
+    beside = s3_server.url(f"{tmp_path.name}/out-results.parquet")
+    assert _main(capsys, "export", out, beside)[0] == 0
+    _assert_entries_once(RemoteJobDir(out), ROWS)

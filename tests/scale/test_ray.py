@@ -10,7 +10,9 @@ import pytest
 from bulkinfer.cli import main
 from bulkinfer.integrations.ray_job import RayExecutor, RaySettings
 from bulkinfer.runner import JobConfig, UsageError, export_job, run_job
+from lora_adapters import make_adapter
 from runner_files import committed, prompts, read_results, write_jsonl, write_parquet
+from safetensors.torch import load_file, save_file
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
@@ -85,3 +87,37 @@ def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path: 
     config = JobConfig.from_settings(model=str(tiny_llama), input=data, output=str(tmp_path / "out"))
     with pytest.raises(UsageError, match=r"pip install 'bulkinfer\[ray\]'"):
         run_job(config, executor=RayExecutor())
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_adapter(tiny_llama, tmp_path_factory.mktemp("ray-adapters") / "sql", rank=4, seed=5)
+
+
+def test_a_ray_job_with_adapters_per_row_equals_a_local_one(ray_cluster, tmp_path: Path, tiny_llama: Path,
+                                                            adapter: Path) -> None:
+    rows = [{**row, "adapter": ["sql", "base"][index % 2]} for index, row in enumerate(prompts(6))]
+    data = [str(write_jsonl(tmp_path / "in.jsonl", rows))]
+    settings = dict(model=str(tiny_llama), input=data, lora={"sql": str(adapter)}, param_columns={"lora": "adapter"},
+                    **SETTINGS)
+    plain = _exported(run_job(JobConfig.from_settings(output=str(tmp_path / "plain"), **settings)).output)
+    out = run_job(JobConfig.from_settings(output=str(tmp_path / "ray"), **settings),
+                  executor=RayExecutor(RaySettings(replicas=1))).output
+    assert _exported(out) == plain and not any(row["error"] for row in plain)
+
+
+def test_an_adapter_that_does_not_fit_the_model_stops_a_ray_job_in_one_line(capsys, ray_cluster, tmp_path: Path,
+                                                                            tiny_llama: Path, adapter: Path) -> None:
+    misfit = tmp_path / "misfit"
+    misfit.mkdir()
+    (misfit / "adapter_config.json").write_bytes((adapter / "adapter_config.json").read_bytes())
+    tensors = load_file(str(adapter / "adapter_model.safetensors"))  # layer 0's updates, moved to a layer not there
+    save_file({name.replace("layers.0.", "layers.9."): tensor for name, tensor in tensors.items() if "layers.0." in name},
+              str(misfit / "adapter_model.safetensors"))
+    data = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "x", "adapter": "sql"}])
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--model", str(tiny_llama), "--input", str(data), "--output", str(tmp_path / "out"),
+              "--lora", f"sql={misfit}", "--param-column", "lora=adapter", "--executor", "ray", "--max-tokens", "2"])
+    err = capsys.readouterr().err.splitlines()
+    assert exited.value.code == 2 and err[-1].startswith("bulkinfer: error: --lora sql: LoRA adapter "), err[-3:]
+    assert ": layer 9 " in err[-1] and err[-1].endswith("is not a projection of this model that takes an adapter")

@@ -5,20 +5,32 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from bulkinfer.cli.batch_format import check_format
+from bulkinfer.cli.options import given_options, with_options
+from bulkinfer.cli.run import run_settings
 from bulkinfer.cli.summary import rows_done
-from bulkinfer.openai_batch import export_openai_batch, is_batch_job
 from bulkinfer.errors import UsageError
+from bulkinfer.openai_batch import export_openai_batch, is_batch_job
+from bulkinfer.runner.config import json_object
 from bulkinfer.runner.export import export_job
 from bulkinfer.runner.pipeline.layout import is_pipeline
 from bulkinfer.runner.pipeline.progress import export_pipeline, pipeline_status
 from bulkinfer.runner.status import job_status, shards_left
 from bulkinfer.runner.storage import is_remote
-from bulkinfer.settings import expand_home
+from bulkinfer.settings import Setting, expand_home
+
+
+def store_settings() -> list[Setting]:
+    """What reading a job's output on object storage takes: `run`'s own --storage-options."""
+    return [s for s in run_settings() if s.name == "storage_options"]
+
+
+def _storage_options(options: dict[str, Any]) -> dict[str, Any] | None:
+    return json_object("storage_options", given_options(options, store_settings()).get("storage_options"))
 
 
 def export_command(
@@ -35,6 +47,7 @@ def export_command(
     stage: Optional[str] = typer.Option(None, "--stage", show_default=False,
                                         help="For a pipeline's output directory: this stage's rows (default: "
                                              "the last stage's)."),
+    **options: Any,
 ) -> int:
     if is_pipeline(output) or stage is not None:
         if format not in (None, "rows") or partial:
@@ -48,7 +61,7 @@ def export_command(
                              f"then copy it to the store")
         result = export_openai_batch(Path(output), Path(file), partial=partial)
     else:
-        result = export_job(output, file, partial=partial)
+        result = export_job(output, file, partial=partial, storage_options=_storage_options(options))
     print(f"bulkinfer: wrote {result.rows:,} rows ({result.rows_failed:,} with errors) to {file}", file=sys.stderr)
     return 0
 
@@ -61,11 +74,12 @@ def status_command(
                                                         "the ledger (reads them all); exit 1 if any is damaged "
                                                         "(on object storage, damaged files are then voided, for "
                                                         "the next run to redo)."),
+    **options: Any,
 ) -> int:
     """Result files are always checked for presence and size."""
     if is_pipeline(output):
         return _pipeline_status(Path(output), as_json, verify)
-    status = job_status(output, verify=verify)
+    status = job_status(output, verify=verify, storage_options=_storage_options(options))
     if as_json:
         print(json.dumps(status.to_json()))
     else:
@@ -94,3 +108,7 @@ def _pipeline_status(output: Path, as_json: bool, verify: bool) -> int:
             for damage in job.damaged if job else []:
                 print(f"  damaged: {damage}")
     return 1 if any(stage.job and stage.job.damaged for stage in stages) else 0
+
+
+with_options(export_command, store_settings())
+with_options(status_command, store_settings())

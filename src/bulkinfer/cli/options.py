@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from typing import Any, Optional
 
 import typer
@@ -24,6 +25,16 @@ def option_parameters(settings: list[Setting]) -> list[inspect.Parameter]:
     ordered = sorted(settings, key=lambda s: (PANELS.index(s.panel) if s.panel else -1, not s.required))
     return [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=_option(s), annotation=_cli_type(s))
             for s in ordered]
+
+
+def with_options(command: Callable[..., int], settings: list[Setting]) -> Callable[..., int]:
+    """``command`` taking one more option per setting after its own parameters (its ``**options``):
+    typer reads a command's options from its signature."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    command.__signature__ = inspect.Signature([*own, *option_parameters(settings)],  # type: ignore[attr-defined]
+                                              return_annotation=int)
+    command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}
+    return command
 
 
 def given_options(options: dict[str, Any], settings: list[Setting]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bulkinfer.runner.adapters import check_adapters_fit
 from bulkinfer.runner.columns import ROW_INDEX
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.job import engine_facts, load_llm
@@ -42,6 +43,7 @@ class LLMProcessor:
     def _load(self, config: JobConfig) -> None:
         self.config = config
         self.llm = load_llm(self.config)
+        check_adapters_fit(self.llm, self.config)
         self.task = GenerateTask(self.config, engine_facts(self.llm))
         self._next_index = 0  # numbers rows of batches without a row_index column
 

@@ -3,8 +3,9 @@
 The driver (this process) keeps everything that makes a job crash-safe: the lock, job.json, the
 done-set and the ledger. Ray Data carries blocks of row positions still to do to an actor pool of
 replicas; each replica reads its block from the input files, runs it and sends the finished rows
-back; the driver commits them as result files and ledger lines exactly as a local run does. So a Ray job
-resumes like a local one (rows of a block that was lost are simply done again) and export reads it.
+back (or its refusal of the job, as when the job's adapters do not fit the model); the driver
+commits them as result files and ledger lines exactly as a local run does. So a Ray job resumes
+like a local one (rows of a block that was lost are simply done again) and export reads it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from bulkinfer.errors import UsageError
 from bulkinfer.integrations.ray import RAY_INSTALL_HINT, LLMProcessor
+from bulkinfer.runner.adapters import check_adapter_files
 from bulkinfer.runner.config import JobConfig
 from bulkinfer.runner.loop import Reporter
 from bulkinfer.runner.open_job import OpenJob
@@ -54,6 +56,7 @@ class RayExecutor:
     def check(self, config: JobConfig) -> None:
         if config.task != "generate":
             raise UsageError(f"task {config.task!r} runs with the local executor only")
+        check_adapter_files(config)  # as the local executor does: before job.json; the fit, in each replica
         _import_ray()
 
     def __call__(self, config: JobConfig, job: OpenJob, stop_requested: Callable[[], bool],
@@ -80,7 +83,10 @@ def _drive(ray: Any, config: JobConfig, settings: RaySettings, job: OpenJob,
     try:
         for batch in finished.iter_batches(batch_size=None, batch_format="pyarrow"):
             for payload in batch.column(PAYLOAD).to_pylist():
-                committer.add(pickle.loads(payload))
+                row = pickle.loads(payload)
+                if isinstance(row, UsageError):
+                    raise row
+                committer.add(row)
             committer.commit_if_due()
             if stop_requested():
                 return
@@ -103,10 +109,17 @@ class BlockProcessor(LLMProcessor):
     """A replica that takes blocks of row positions, reads them from the job's inputs and runs them."""
 
     def __init__(self, config: JobConfig, files: list[dict[str, Any]]) -> None:
-        self._load(config)
+        self.refusal: UsageError | None = None
+        try:
+            self._load(config)
+        except UsageError as exc:  # adapters that do not fit the model: sent to the driver, to say in one line
+            self.refusal = exc  # (raised here, it would kill the actor and reach the driver as a traceback)
         self.files = [InputFile(**file, storage_options=config.storage_options) for file in files]
 
     def __call__(self, blocks: pa.Table) -> Iterator[pa.Table]:
+        if self.refusal is not None:
+            yield pa.table({PAYLOAD: pa.array([pickle.dumps(self.refusal)], pa.binary())})
+            return
         for block in blocks.to_pylist():
             done = RowSet(decode_rows(block["done"]))
             rows = list(read_rows(self.files, done, self.config.window_rows, range(block["start"], block["stop"]),

@@ -184,8 +184,8 @@ class JobConfig:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.commit_seconds <= 0:
             raise UsageError(f"commit_seconds must be > 0, got {self.commit_seconds}")
-        self.chat_template_kwargs = _json_object("chat_template_kwargs", self.chat_template_kwargs)
-        self.storage_options = _json_object("storage_options", self.storage_options)
+        self.chat_template_kwargs = json_object("chat_template_kwargs", self.chat_template_kwargs)
+        self.storage_options = json_object("storage_options", self.storage_options)
         for name in ("system_prompt", "chat_template", "chat_template_kwargs"):
             if getattr(self, name) is not None and self.messages_column is None:
                 raise UsageError(f"{name} needs messages_column: it applies to each row's chat messages")
@@ -221,7 +221,7 @@ class JobConfig:
             raise UsageError(f"bad engine setting: {exc}") from None
 
 
-def _json_object(name: str, value: str | dict | None) -> dict | None:
+def json_object(name: str, value: str | dict | None) -> dict | None:
     """A setting that is a JSON object, from the object or its text (as a flag gives it)."""
     if isinstance(value, str):
         try:

@@ -17,6 +17,7 @@ from typing import IO, Any, Iterator
 
 from bulkinfer.errors import UsageError, disk_error
 from bulkinfer.runner.outdir.layout import JobDir
+from bulkinfer.runner.outdir.remote_layout import OUTPUT_PROTOCOLS, RemoteJobDir
 from bulkinfer.runner.storage import filesystem_for, store_errors
 
 
@@ -28,11 +29,22 @@ def export_destination(destination: Path) -> Path:
         raise UsageError(f"{destination}: is a directory; name the file to write")
     if not destination.parent.is_dir():
         raise UsageError(f"{destination.parent}: no such directory")
-    job = _enclosing_job(destination)
+    _refuse_inside_job(destination, _enclosing_job(destination))
+    return destination
+
+
+def export_object_destination(url: str, storage_options: dict[str, Any] | None) -> str:
+    """The object to export to; one line if it lies under a job's output prefix on the store, whose
+    objects only bulkinfer writes."""
+    with store_errors(url):
+        _refuse_inside_job(url, _enclosing_remote_job(url, storage_options))
+    return url
+
+
+def _refuse_inside_job(destination: Path | str, job: Path | str | None) -> None:
     if job is not None:
         raise UsageError(f"{destination}: inside the job output directory {job}, where only bulkinfer writes; "
                          f"export to a file outside it")
-    return destination
 
 
 def _enclosing_job(path: Path) -> Path | None:
@@ -44,6 +56,20 @@ def _enclosing_job(path: Path) -> Path | None:
                     return place
             except OSError:  # a folder we may not list holds no job of ours
                 continue
+    return None
+
+
+def _enclosing_remote_job(url: str, storage_options: dict[str, Any] | None) -> str | None:
+    """The nearest prefix above the object at `url` that holds a job; jobs live only on the stores that
+    take an output."""
+    protocol, _, path = url.partition("://")
+    if protocol.lower() not in OUTPUT_PROTOCOLS:
+        return None
+    folders = path.split("/")[:-1]  # the bucket, then each folder down to the object's
+    for end in range(len(folders), 0, -1):
+        place = f"{protocol}://{'/'.join(folders[:end])}"
+        if RemoteJobDir(place, storage_options).has_job():
+            return place
     return None
 
 

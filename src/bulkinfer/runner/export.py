@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from bulkinfer.errors import RunError, UsageError
 from bulkinfer.runner.columns import ROW_INDEX
-from bulkinfer.runner.destination import export_destination, writing, writing_object
+from bulkinfer.runner.destination import export_destination, export_object_destination, writing, writing_object
 from bulkinfer.runner.outdir.ledger import Commit
 from bulkinfer.runner.outdir.result_files import ResultFiles, rows_within
 from bulkinfer.runner.outdir.row_tables import fits, json_line, narrowed, unified_schema, widened
@@ -51,7 +51,8 @@ def export_job(output: Path | str, destination: Path | str, partial: bool = Fals
     """`output`: the job's directory, local or on object storage; `destination`: a local file, or a store's
     URL; `storage_options`: fsspec's options for the store(s)."""
     remote = is_remote(str(destination))
-    destination = str(destination) if remote else export_destination(Path(destination))
+    destination = (export_object_destination(str(destination), storage_options) if remote
+                   else export_destination(Path(destination)))
     name = str(destination).rsplit("/", 1)[-1]
     fmt = _destination_format(destination, name)
     with store_errors_at(output):

@@ -8,6 +8,7 @@ from its trusted copy; damaged lines are reported once, then recorded as reporte
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 from dataclasses import dataclass
@@ -82,8 +83,7 @@ class OpenJob:
 
 def open_job(config: JobConfig) -> OpenJob:
     sources = resolve_sources(config.input, config.input_format, config.storage_options)
-    if not is_remote(config.output):
-        _check_output_outside_inputs(config, sources)
+    _check_output_outside_inputs(config, sources)
     check_columns(sources, config)
     if is_remote(config.output):
         return _open_remote(config, sources)
@@ -190,15 +190,30 @@ def _repair(directory: JobDir, ledger: Ledger | RemoteLedger, progress: JobProgr
 
 def _check_output_outside_inputs(config: JobConfig, sources: list[Source]) -> None:
     """A job must not read its own results: on a rerun, its ledger and result files would be input."""
-    output = Path(config.output).expanduser().resolve()
-    inside = [spec for spec in config.input if Path(spec).expanduser().is_dir()
-              and output.is_relative_to(Path(spec).expanduser().resolve())]
-    own_table = JobDir(output).input_table_path
-    local = [Path(source.path) for source in sources if not is_remote(source.path)]
-    inside += [str(path) for path in local if path.is_relative_to(output) and path.resolve() != own_table]
+    inside = (_inputs_around_remote(config.output, config.input, sources) if is_remote(config.output)
+              else _inputs_around_local(config.output, config.input, sources))
     if inside:
         raise UsageError(f"--output {config.output} is inside the input {inside[0]} (or holds it): the job would "
                          f"read its own results; choose an --output outside every --input")
+
+
+def _inputs_around_local(output: str, specs: list[str], sources: list[Source]) -> list[str]:
+    """The local input directories that hold ``output``, and the input files in it (but its own input table)."""
+    root = Path(output).expanduser().resolve()
+    inside = [spec for spec in specs if Path(spec).expanduser().is_dir()
+              and root.is_relative_to(Path(spec).expanduser().resolve())]
+    own_table = JobDir(root).input_table_path
+    local = [Path(source.path) for source in sources if not is_remote(source.path)]
+    return inside + [str(path) for path in local if path.is_relative_to(root) and path.resolve() != own_table]
+
+
+def _inputs_around_remote(output: str, specs: list[str], sources: list[Source]) -> list[str]:
+    """The input prefixes on the store that hold the ``output`` prefix, and the input objects under it:
+    URLs compared as prefixes ending in /, since a store has no directories to resolve."""
+    prefix = output.rstrip("/") + "/"
+    holding = [spec for spec in specs if is_remote(spec) and not glob.has_magic(spec)
+               and prefix.startswith(spec.rstrip("/") + "/")]
+    return holding + [source.path for source in sources if source.path.startswith(prefix)]
 
 
 def _check_ours_alone(directory: JobDir) -> None:

@@ -28,7 +28,7 @@ from bulkinfer.runner.shards import WHOLE, Shard
 from bulkinfer.runner.storage import filesystem_for
 
 # The stores whose conditional create the protocol relies on.
-_STORES = ("s3", "s3a", "gs", "gcs")
+OUTPUT_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
 _OUR_NAMES = {"job.json", "ledger", "shards", "stats.json"}
 
 
@@ -40,7 +40,7 @@ class RemoteJobDir(JobDir):
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, shard: Shard = WHOLE) -> None:
         protocol = url.split("://", 1)[0].lower()
-        if protocol not in _STORES:
+        if protocol not in OUTPUT_PROTOCOLS:
             raise UsageError(f"{url}: an output on object storage must be s3:// or gs:// (their conditional "
                              f"create keeps each row committed once)")
         if not shard.whole:
