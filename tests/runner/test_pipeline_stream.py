@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.slow  # the pipeline's rows pass through pure Python three times: about a minute
 
 PROBE = Path(__file__).with_name("pipeline_stream_probe.py")
-ROWS = 400_000  # holding a stage of these takes about 170 MB; streaming them, a flat 30 MB or so
+ROWS = 400_000  # holding a stage of these takes about 190 MB; streaming them, a flat 30 MB or so
 
 
 def _write_input(path: Path, rows: int) -> None:

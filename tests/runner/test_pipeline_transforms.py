@@ -1,13 +1,16 @@
 """A pipeline stage's transforms on known tables: the filter language (and what it refuses), templates,
-explode, rank_by/keep_top and dedup."""
+explode, rank_by/keep_top and dedup, each over rows in batches; and a stage's input table."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.pipeline.dedup import Dedup, dedup
 from bulkinfer.runner.pipeline.expression import Expression, RowError
+from bulkinfer.runner.pipeline.rows import table_is_current, write_table
 from bulkinfer.runner.pipeline.templates import MessagesTemplate, Template
 from bulkinfer.runner.pipeline.transforms import explode, keep_top, keep_where
 
@@ -114,3 +117,14 @@ def test_dedup_drops_rows_near_an_earlier_kept_row_whatever_the_block_and_batch_
 
 def _rows(batches) -> list[dict]:
     return [row for batch in batches for row in batch]
+
+
+def test_a_stage_input_table_has_every_batch_columns_on_every_line(tmp_path: Path) -> None:
+    # A key first seen in a later batch is still a column of the first lines: the job samples lines for
+    # its columns, so every line has the same keys.
+    batches = [[{"source_row": 0, "a": 1}], [{"source_row": 1, "b": "x"}]]
+    table = tmp_path / "input-table.jsonl"
+    write_table(table, lambda: iter(batches), "0" * 32)
+    lines = [json.loads(line) for line in table.read_text().splitlines()]
+    assert lines == [{"source_row": 0, "a": 1, "b": None}, {"source_row": 1, "a": None, "b": "x"}]
+    assert table_is_current(table, "0" * 32)
