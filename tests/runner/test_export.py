@@ -9,7 +9,7 @@ import pytest
 from runner_files import committed_job, read_results
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.export import export_job
+from bulkinfer.runner.export import committed_rows, export_job
 from bulkinfer.runner.outdir.result_files import ResultFiles
 
 
@@ -37,6 +37,16 @@ def test_export_writes_every_row_once_in_input_order(tmp_path: Path, fmt: str, d
         rows = [json.loads(line) for line in gzip.open(tmp_path / destination, "rt")]
     else:
         rows = read_results(tmp_path / destination)
+    assert rows == [_result(i) for i in range(57)]
+
+
+def test_committed_rows_are_read_in_order_a_chunk_at_a_time(tmp_path: Path) -> None:
+    order = list(range(57))
+    random.Random(2).shuffle(order)
+    out = _job(tmp_path / "job", [order[i:i + 10] for i in range(0, 57, 10)], rows_total=57)
+    tables = list(committed_rows(out, chunk_rows=16).tables)
+    assert [table.num_rows for table in tables] == [16, 16, 16, 9]
+    rows = pa.concat_tables(tables).select(["row_index", "prompt", "generated_text", "error"]).to_pylist()
     assert rows == [_result(i) for i in range(57)]
 
 

@@ -1,13 +1,16 @@
 """A pipeline stage's transforms on known tables: the filter language (and what it refuses), templates,
-explode, rank_by/keep_top and dedup."""
+explode, rank_by/keep_top and dedup, each over rows in batches; and a stage's input table."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from bulkinfer.errors import UsageError
 from bulkinfer.runner.pipeline.dedup import Dedup, dedup
 from bulkinfer.runner.pipeline.expression import Expression, RowError
+from bulkinfer.runner.pipeline.rows import table_is_current, write_table
 from bulkinfer.runner.pipeline.templates import MessagesTemplate, Template
 from bulkinfer.runner.pipeline.transforms import explode, keep_top, keep_where
 
@@ -87,13 +90,16 @@ def test_explode_then_keep_top_is_best_of_n() -> None:
     assert exploded[5]["finish_reason"] == "length"
     for row, reward in zip(exploded, [0.1, 0.9, 0.5, None, None, -1.0]):
         row["reward"] = reward
-    best = keep_top(exploded, "reward", 1)
-    assert [(row["source_row"], row.get("output_index")) for row in best] == [(0, 1), (1, None), (2, 1)]
-    two = keep_top(exploded, "reward", 2)
-    assert [(row["source_row"], row.get("output_index")) for row in two] == [(0, 1), (0, 2), (1, None), (2, 0), (2, 1)]
+    for size in (1, 2, 4, 6):  # a source row's rows split across batches are ranked together
+        batches = [exploded[start:start + size] for start in range(0, len(exploded), size)]
+        best = _rows(keep_top(batches, "reward", 1))
+        assert [(row["source_row"], row.get("output_index")) for row in best] == [(0, 1), (1, None), (2, 1)]
+        two = _rows(keep_top(batches, "reward", 2))
+        assert [(row["source_row"], row.get("output_index")) for row in two] == [
+            (0, 1), (0, 2), (1, None), (2, 0), (2, 1)]
 
 
-def test_dedup_drops_rows_near_an_earlier_kept_row_whatever_the_block_size() -> None:
+def test_dedup_drops_rows_near_an_earlier_kept_row_whatever_the_block_and_batch_sizes() -> None:
     def at(degrees: float) -> list[float]:
         return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
 
@@ -101,9 +107,24 @@ def test_dedup_drops_rows_near_an_earlier_kept_row_whatever_the_block_size() -> 
     rows = [{"i": i, "embedding": at(angle)} for i, angle in enumerate(angles)]
     rows.insert(4, {"i": "missing", "embedding": None})
     rule = Dedup.from_table({"column": "embedding", "threshold": math.cos(math.radians(10))})
-    for block in (1, 2, 3, 1024):
-        kept = dedup(rows, rule, block_rows=block)
+    for block, batch in [(1, 1), (2, 3), (3, 2), (1024, 4), (1024, 1024)]:
+        kept = _rows(dedup([rows[start:start + batch] for start in range(0, len(rows), batch)], rule, block))
         assert [row["i"] for row in kept if row.get("error") is None] == [0, 2, 4, 6, 8]
         assert [row["i"] for row in kept if row.get("error")] == ["missing"]
     with pytest.raises(UsageError):
         Dedup.from_table({"column": "embedding", "threshold": 2})
+
+
+def _rows(batches) -> list[dict]:
+    return [row for batch in batches for row in batch]
+
+
+def test_a_stage_input_table_has_every_batch_columns_on_every_line(tmp_path: Path) -> None:
+    # A key first seen in a later batch is still a column of the first lines: the job samples lines for
+    # its columns, so every line has the same keys.
+    batches = [[{"source_row": 0, "a": 1}], [{"source_row": 1, "b": "x"}]]
+    table = tmp_path / "input-table.jsonl"
+    write_table(table, lambda: iter(batches), "0" * 32)
+    lines = [json.loads(line) for line in table.read_text().splitlines()]
+    assert lines == [{"source_row": 0, "a": 1, "b": None}, {"source_row": 1, "a": None, "b": "x"}]
+    assert table_is_current(table, "0" * 32)

@@ -46,6 +46,14 @@ class ExportResult:
     rows_total: int
 
 
+@dataclass(frozen=True)
+class CommittedRows:
+    """A job's committed rows, every file checked against the ledger first."""
+    union: JobUnion
+    schema: pa.Schema  # every committed file fits it
+    tables: Iterator[pa.Table]  # in row order, a chunk at a time; raises at the end unless the ledger's count
+
+
 def export_job(output: Path | str, destination: Path | str, partial: bool = False, chunk_rows: int = CHUNK_ROWS,
                storage_options: dict[str, Any] | None = None) -> ExportResult:
     """`output`: the job's directory, local or on object storage; `destination`: a local file, or a store's
@@ -55,30 +63,39 @@ def export_job(output: Path | str, destination: Path | str, partial: bool = Fals
                    else export_destination(Path(destination)))
     name = str(destination).rsplit("/", 1)[-1]
     fmt = _destination_format(destination, name)
+    committed = committed_rows(output, partial, chunk_rows, storage_options)
+    if remote:
+        with writing_object(destination, storage_options) as file:
+            rows = _write(file, fmt, compression_of(name), committed.schema, committed.tables)
+    else:
+        with writing(destination) as tmp:
+            rows = _write(tmp, fmt, compression_of(name), committed.schema, committed.tables)
+            os.replace(tmp, destination)
+    return ExportResult(rows, committed.union.rows_failed, committed.union.rows_total)
+
+
+def committed_rows(output: Path | str, partial: bool = False, chunk_rows: int = CHUNK_ROWS,
+                   storage_options: dict[str, Any] | None = None) -> CommittedRows:
+    """The job's rows in order, `chunk_rows` at a time, after checking every file against the ledger: what
+    export writes, for a reader that streams them (a pipeline's next stage)."""
     with store_errors_at(output):
         union = load_union(output, storage_options)
         _check_exportable(output, union, partial)
         spans = list(union.result_files())
         schema = _job_schema(spans, union.task)
-    tables = _read_from(output, _chunks(spans, schema, chunk_rows))
-    if remote:
-        with writing_object(destination, storage_options) as file:
-            rows = _write_counted(output, union, file, fmt, compression_of(name), schema, tables)
-    else:
-        with writing(destination) as tmp:
-            rows = _write_counted(output, union, tmp, fmt, compression_of(name), schema, tables)
-            os.replace(tmp, destination)
-    return ExportResult(rows, union.rows_failed, union.rows_total)
+    tables = _counted(output, union, _read_from(output, _chunks(spans, schema, chunk_rows)))
+    return CommittedRows(union, schema, tables)
 
 
-def _write_counted(output: Path | str, union: JobUnion, sink: Path | IO[bytes], fmt: str, compression: str | None,
-                   schema: pa.Schema, tables: Iterator[pa.Table]) -> int:
-    """Writes every row; raises unless they are the rows the ledger lists, so that nothing is published."""
-    rows = _write(sink, fmt, compression, schema, tables)
+def _counted(output: Path | str, union: JobUnion, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """`tables`, then an error unless they held the rows the ledger lists: raised before a writer publishes."""
+    rows = 0
+    for table in tables:
+        rows += table.num_rows
+        yield table
     if rows != union.rows_done:
         raise RunError(f"{output}: {rows:,} rows were read from its result files, where its ledger lists "
                        f"{union.rows_done:,}; nothing was exported")
-    return rows
 
 
 def _check_exportable(output: Path | str, union: JobUnion, partial: bool) -> None:

@@ -5,19 +5,20 @@ a threshold, after an embed stage.
 
 Rows are compared a block at a time against the kept rows, a block of those at a time, so the memory
 beyond the kept embeddings themselves is one block-by-block matrix of similarities, however many rows
-there are. Which rows are kept does not depend on the block size: a row is compared with every kept
-row before it, in order.
+there are: dedup holds the kept rows' embeddings (which grow with the rows kept, as any exact dedup's
+must), never the rows. Which rows are kept does not depend on the block size: a row is compared with
+every kept row before it, in order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
 from bulkinfer.errors import UsageError
-from bulkinfer.runner.pipeline.transforms import ERROR, Row, is_sound
+from bulkinfer.runner.pipeline.transforms import ERROR, Batches, Row, is_sound
 
 BLOCK_ROWS = 1024
 
@@ -38,22 +39,29 @@ class Dedup:
         return dedup
 
 
-def dedup(rows: list[Row], rule: Dedup, block_rows: int = BLOCK_ROWS) -> list[Row]:
+def dedup(batches: Iterable[list[Row]], rule: Dedup, block_rows: int = BLOCK_ROWS) -> Batches:
     """The rows without near-duplicates of earlier kept rows; a sound row with no embedding becomes an error row."""
     kept_vectors: list[np.ndarray] = []  # unit vectors of the kept rows, a block per array
+    for batch in batches:
+        out: list[Row] = []
+        for start in range(0, len(batch), block_rows):
+            out.extend(_dedup_block(batch[start:start + block_rows], rule, kept_vectors))
+        yield out
+
+
+def _dedup_block(block: list[Row], rule: Dedup, kept_vectors: list[np.ndarray]) -> list[Row]:
+    """The block's rows that are kept; their vectors are added to `kept_vectors`."""
+    vectors = {at: _unit(row.get(rule.column)) for at, row in enumerate(block) if is_sound(row)}
+    keep = _new_in_block({at: v for at, v in vectors.items() if v is not None}, kept_vectors, rule.threshold)
+    if keep:
+        kept_vectors.append(np.stack([vectors[at] for at in keep]))
+    kept_here = set(keep)
     out: list[Row] = []
-    for start in range(0, len(rows), block_rows):
-        block = rows[start:start + block_rows]
-        vectors = {at: _unit(row.get(rule.column)) for at, row in enumerate(block) if is_sound(row)}
-        keep = _new_in_block({at: v for at, v in vectors.items() if v is not None}, kept_vectors, rule.threshold)
-        if keep:
-            kept_vectors.append(np.stack([vectors[at] for at in keep]))
-        kept_here = set(keep)
-        for at, row in enumerate(block):
-            if not is_sound(row) or at in kept_here:
-                out.append(row)
-            elif vectors[at] is None:
-                out.append({**row, ERROR: f"dedup: no embedding in column {rule.column!r}"})
+    for at, row in enumerate(block):
+        if not is_sound(row) or at in kept_here:
+            out.append(row)
+        elif vectors[at] is None:
+            out.append({**row, ERROR: f"dedup: no embedding in column {rule.column!r}"})
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,7 +18,7 @@ from bulkinfer.runner.outdir.layout import JobDir
 from bulkinfer.runner.outdir.row_tables import json_line
 from bulkinfer.runner.pipeline.layout import read_record
 from bulkinfer.runner.pipeline.run import Pipeline
-from bulkinfer.runner.pipeline.transforms import is_sound
+from bulkinfer.runner.pipeline.transforms import Batches, is_sound
 from bulkinfer.runner.sources import suffix_format
 from bulkinfer.runner.status import JobStatus, job_status
 
@@ -49,30 +49,52 @@ def pipeline_status(output: Path, verify: bool = False) -> list[StageStatus]:
 
 
 def export_pipeline(output: Path, destination: Path, stage: str | None = None) -> ExportResult:
-    """The last stage's rows (or `stage`'s) to a .parquet or .jsonl file."""
+    """The last stage's rows (or `stage`'s) to a .parquet or .jsonl file, streamed a batch at a time."""
     destination = export_destination(destination)
-    rows = open_pipeline(output).rows(stage)
+    pipeline = open_pipeline(output)
+    pipeline.batches(stage)  # an unfinished or out-of-date stage: refused before anything is written
     fmt = suffix_format(destination.name)
     if fmt is None:
         raise UsageError(f"{destination}: name it .parquet or .jsonl (optionally .jsonl.gz or .jsonl.zst)")
     with writing(destination) as tmp:
         if fmt == "parquet":
-            pq.write_table(_table(rows, destination), tmp)
+            rows, failed = _write_parquet(lambda: pipeline.batches(stage), tmp, destination)
         else:
-            with pa.output_stream(str(tmp), compression="detect") as stream:
-                for row in rows:
-                    stream.write(json_line(row))
+            rows, failed = _write_jsonl(pipeline.batches(stage), tmp)
         os.replace(tmp, destination)
-    failed = sum(not is_sound(row) for row in rows)
-    return ExportResult(len(rows), failed, len(rows))
+    return ExportResult(rows, failed, rows)
 
 
-def _table(rows: list[dict[str, Any]], destination: Path) -> pa.Table:
+def _write_jsonl(batches: Batches, tmp: Path) -> tuple[int, int]:
+    rows = failed = 0
+    with pa.output_stream(str(tmp), compression="detect") as stream:
+        for batch in batches:
+            stream.write(b"".join(json_line(row) for row in batch))
+            rows, failed = rows + len(batch), failed + sum(not is_sound(row) for row in batch)
+    return rows, failed
+
+
+def _write_parquet(batches: Callable[[], Batches], tmp: Path, destination: Path) -> tuple[int, int]:
+    """Two passes over the rows: the first finds the schema every batch fits, the second writes them."""
+    schema = _schema(batches(), destination)
+    rows = failed = 0
+    with pq.ParquetWriter(str(tmp), schema) as writer:
+        for batch in batches():
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            rows, failed = rows + len(batch), failed + sum(not is_sound(row) for row in batch)
+    return rows, failed
+
+
+def _schema(batches: Batches, destination: Path) -> pa.Schema:
+    """The schema of all the rows, as one table of them all would have it, found a batch at a time."""
+    schema = pa.schema([])
     try:
-        return pa.Table.from_pylist(rows)
+        for batch in batches:
+            schema = pa.unify_schemas([schema, pa.Table.from_pylist(batch).schema], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # a column with values of several types across rows
         raise UsageError(f"{destination}: the rows do not fit one Parquet schema ({exc}); export to .jsonl "
                          f"instead") from None
+    return schema
 
 
 def open_pipeline(output: Path) -> Pipeline:

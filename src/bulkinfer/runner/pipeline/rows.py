@@ -1,6 +1,6 @@
-"""The rows that flow between stages: the pipeline's input read once, a stage's committed results read
-back in row order, and the input table a model stage's job reads, with the identities that make a
-stage's cache key.
+"""The rows that flow between stages, a bounded batch at a time, never a whole stage: the pipeline's
+input read in windows, a stage's committed results read back in row order a chunk at a time, and the
+input table a model stage's job reads, with the identities that make a stage's cache key.
 
 A stage's input table is written into the stage's own directory (the job's input table, as an OpenAI
 batch job keeps its requests). Its modification time is set from the identity of what it holds (the
@@ -14,21 +14,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any
-
-import pyarrow.parquet as pq
+from typing import Any, Callable
 
 from bulkinfer.durable import publish, sync_file
 from bulkinfer.runner.columns import ROW_INDEX
-from bulkinfer.runner.export import export_job
+from bulkinfer.runner.export import committed_rows
 from bulkinfer.runner.outdir.ledger import job_id, load_progress
 from bulkinfer.runner.outdir.row_tables import json_line
 from bulkinfer.runner.readers import read_rows
 from bulkinfer.runner.rowset import RowSet
 from bulkinfer.runner.sources import identity_of, resolve_sources, scan_inputs
-from bulkinfer.runner.pipeline.transforms import ERROR, SOURCE_ROW, Row
+from bulkinfer.runner.pipeline.transforms import ERROR, SOURCE_ROW, Batches, Row
 
 # Why a row could not be sent to a stage's model (an unreadable input line, a template's missing
 # column): it goes into the input table and becomes the row's error in the stage's output.
@@ -53,36 +50,45 @@ def results_identity(stage_dir: Path) -> str:
     return identity(job, [(commit.file, commit.digest) for commit in progress.files])
 
 
-def read_input(inputs: list[str], input_format: str | None) -> list[Row]:
-    """The pipeline input's rows, in order, each with its source_row (its position) unless it has one;
-    a row that cannot be read carries its reason, to become the first stage's error row."""
+def read_input(inputs: list[str], input_format: str | None) -> Batches:
+    """The pipeline input's rows, in order, a window at a time, each with its source_row (its position)
+    unless it has one; a row that cannot be read carries its reason, to become the first stage's error row."""
     files = scan_inputs(resolve_sources(inputs, input_format))
-    rows = []
+    batch: list[Row] = []
     for source in read_rows(files, RowSet(), _READ_WINDOW, reserved=()):
         if source.values is None or source.error is not None:
-            rows.append({SOURCE_ROW: source.index, PIPELINE_ERROR: f"{source.where}: {source.error}"})
+            batch.append({SOURCE_ROW: source.index, PIPELINE_ERROR: f"{source.where}: {source.error}"})
         else:
-            rows.append({SOURCE_ROW: source.index, **source.values})
-    return rows
+            batch.append({SOURCE_ROW: source.index, **source.values})
+        if len(batch) == _READ_WINDOW:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
-def read_results(stage_dir: Path) -> list[Row]:
-    """A complete model stage's rows in input order, through export (every file checked against the
-    ledger); a row that failed before its model ran gets that reason as its error. The error column is
-    always there."""
-    with tempfile.TemporaryDirectory(prefix="bulkinfer-stage-") as folder:
-        destination = Path(folder) / "results.parquet"
-        export_job(stage_dir, destination)
-        table = pq.read_table(destination)
+def read_results(stage_dir: Path) -> Batches:
+    """A complete model stage's rows in input order, a chunk at a time, as export reads them (every file
+    checked against the ledger); a row that failed before its model ran gets that reason as its error.
+    The error column is always there."""
     # Columns no row has a value in (a generation's reasoning, tool calls) are left out, as export leaves
-    # them out of a JSONL file.
-    table = table.select([name for name in table.column_names if table.column(name).null_count < table.num_rows])
-    rows = table.to_pylist()
-    for row in rows:
-        row.pop(ROW_INDEX, None)
-        reason = row.pop(PIPELINE_ERROR, None)
-        row[ERROR] = reason if reason is not None else row.get(ERROR)
-    return rows
+    # them out of a JSONL file: known only after reading every row once.
+    shown = _columns_with_values(stage_dir)
+    for table in committed_rows(stage_dir).tables:
+        rows = table.select([name for name in table.column_names if name in shown]).to_pylist()
+        for row in rows:
+            row.pop(ROW_INDEX, None)
+            reason = row.pop(PIPELINE_ERROR, None)
+            row[ERROR] = reason if reason is not None else row.get(ERROR)
+        yield rows
+
+
+def _columns_with_values(stage_dir: Path) -> set[str]:
+    shown: set[str] = set()
+    for table in committed_rows(stage_dir).tables:
+        shown.update(name for name in table.column_names
+                     if name not in shown and table.column(name).null_count < table.num_rows)
+    return shown
 
 
 def without(rows: list[Row], columns: tuple[str, ...]) -> list[Row]:
@@ -91,15 +97,17 @@ def without(rows: list[Row], columns: tuple[str, ...]) -> list[Row]:
     return [{key: value for key, value in row.items() if key not in dropped} for row in rows]
 
 
-def write_table(path: Path, rows: list[Row], content: str) -> None:
-    """The stage's input table, unless the one there already holds `content` (its modification time says)."""
+def write_table(path: Path, batches: Callable[[], Batches], content: str) -> None:
+    """The stage's input table, unless the one there already holds `content` (its modification time says).
+    `batches()` gives the rows afresh: once for the columns (every line has the same keys, since columns_of
+    samples lines), once to write them, so no more than a batch is held."""
     if table_is_current(path, content):
         return
-    columns = list(dict.fromkeys(key for row in rows for key in row))  # every line the same keys: columns_of samples
+    columns = list(dict.fromkeys(key for batch in batches() for row in batch for key in row))
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as out:
-        for row in rows:
-            out.write(json_line({column: row.get(column) for column in columns}))
+        for batch in batches():
+            out.write(b"".join(json_line({column: row.get(column) for column in columns}) for row in batch))
         sync_file(out)
     os.utime(tmp, ns=(_mtime_ns(content), _mtime_ns(content)))
     publish(tmp, path)

@@ -30,7 +30,8 @@ from bulkinfer.runner.pipeline.layout import check_stage_name, stage_dir, take_o
 from bulkinfer.runner.pipeline.models import SharedModel
 from bulkinfer.runner.pipeline.rows import PIPELINE_ERROR, Row
 from bulkinfer.runner.pipeline.stage import Stage
-from bulkinfer.runner.pipeline.transforms import ERROR, explode, is_sound, keep_top, keep_where
+from bulkinfer.runner.pipeline.templates import MessagesTemplate, Template
+from bulkinfer.runner.pipeline.transforms import ERROR, Batches, explode, is_sound, keep_top, keep_where
 from bulkinfer.runner.signals import StopSignals
 from bulkinfer.runner.tasks import reserved_columns
 
@@ -45,7 +46,7 @@ class StageOutcome:
 
 @dataclass
 class StageOutput:
-    rows: list[Row]
+    batches: Callable[[], Batches]  # the stage's rows, afresh on each call, a bounded batch at a time
     sample_columns: list[str]  # columns with one entry per sample, until explode
 
 
@@ -94,7 +95,12 @@ class Pipeline:
 
     def rows(self, stage: str | None = None) -> list[Row]:
         """The output of `stage` (default: the last), once its model stages are complete."""
-        return self._output(self.index_of(stage) if stage else len(self.stages) - 1).rows
+        return [row for batch in self.batches(stage) for row in batch]
+
+    def batches(self, stage: str | None = None) -> Batches:
+        """The output of `stage` (default: the last) a bounded batch at a time, in order: what `rows` holds
+        whole. Refused at once, before any row, unless its model stages are complete and current."""
+        return self._output(self.index_of(stage) if stage else len(self.stages) - 1).batches()
 
     def index_of(self, name: str) -> int:
         names = [stage.name for stage in self.stages]
@@ -134,12 +140,13 @@ class Pipeline:
         stage, directory = self.stages[index], self.directory(index)
         table, content = directory / INPUT_TABLE, self._table_identity(index)
         if not stage_rows.table_is_current(table, content):
-            # Rendered first: a template may read a column this stage's own results replace (generated_text).
-            rows = stage_rows.without(self._templated(stage, self._input_rows(index)), reserved_columns(stage.task))
             job_dir = JobDir(directory)
             job_dir.check_free()
             job_dir.create_root()
-            stage_rows.write_table(table, rows, content)
+            # Rendered first: a template may read a column this stage's own results replace (generated_text).
+            dropped = reserved_columns(stage.task)
+            stage_rows.write_table(table, lambda: (stage_rows.without(batch, dropped) for batch in
+                                                   self._templated(stage, self._input_rows(index))), content)
         return run_job(stage.job_config(table, directory), reporter(stage) if reporter else None, self.models, signals)
 
     def _output(self, index: int) -> StageOutput:
@@ -151,29 +158,36 @@ class Pipeline:
         stage = self.stages[index]
         source = self.sources[index]
         upstream = self._output(source).sample_columns if source is not None else []
-        if stage.has_model:
-            if not self.input_current(index):
-                raise UsageError(f"stage {stage.name}: its results are of an earlier input or settings; run the "
-                                 f"pipeline again to bring it up to date")
-            rows = stage_rows.read_results(self.directory(index))
-        else:
-            rows = [_errors_shown(row) for row in self._templated(stage, self._input_rows(index))]
+        if stage.has_model and not self.input_current(index):
+            raise UsageError(f"stage {stage.name}: its results are of an earlier input or settings; run the "
+                             f"pipeline again to bring it up to date")
         samples = stage.sample_columns(upstream)
-        if stage.own.explode:
-            rows, samples = explode(rows, samples), []
-        if stage.filter is not None:
-            rows = keep_where(rows, stage.filter)
-        if stage.own.rank_by is not None:
-            rows = keep_top(rows, stage.own.rank_by, stage.own.keep_top)
-        if stage.dedup is not None:
-            rows = dedup(rows, stage.dedup)
-        return StageOutput(rows, samples)
+        return StageOutput(lambda: self._transformed(index, samples), [] if stage.own.explode else samples)
 
-    def _input_rows(self, index: int) -> list[Row]:
+    def _transformed(self, index: int, samples: list[str]) -> Batches:
+        """The stage's rows: its results (or, for a pure transform, its input), through its transforms."""
+        stage = self.stages[index]
+        if stage.has_model:
+            batches = stage_rows.read_results(self.directory(index))
+        else:
+            templated = self._templated(stage, self._input_rows(index))
+            batches = ([_errors_shown(row) for row in batch] for batch in templated)
+        if stage.own.explode:
+            batches = (explode(batch, samples) for batch in batches)
+        if stage.filter is not None:
+            batches = (keep_where(batch, stage.filter) for batch in batches)
+        if stage.own.rank_by is not None:
+            batches = keep_top(batches, stage.own.rank_by, stage.own.keep_top)
+        if stage.dedup is not None:
+            batches = dedup(batches, stage.dedup)
+        return (batch for batch in batches if batch)
+
+    def _input_rows(self, index: int) -> Batches:
         source = self.sources[index]
         if source is None:
             return stage_rows.read_input(self.inputs, self.input_format)
-        return stage_rows.without([row for row in self._output(source).rows if is_sound(row)], (ERROR,))
+        return (stage_rows.without([row for row in batch if is_sound(row)], (ERROR,))
+                for batch in self._output(source).batches())
 
     def _input_identity(self, index: int) -> str:
         source = self.sources[index]
@@ -189,20 +203,21 @@ class Pipeline:
         return stage_rows.identity(made_of, self.stages[index].describe())
 
     @staticmethod
-    def _templated(stage: Stage, rows: list[Row]) -> list[Row]:
+    def _templated(stage: Stage, batches: Batches) -> Batches:
         """The rows with the stage's prompt (or messages) rendered; one that cannot be gets its reason instead."""
         renderer = stage.messages or stage.template
         if renderer is None:
-            return rows
-        rendered = []
-        for row in rows:
-            if row.get(PIPELINE_ERROR) is None:
-                try:
-                    row = {**row, stage.prompt_target: renderer.render(row)}
-                except ValueError as exc:
-                    row = {**row, stage.prompt_target: None, PIPELINE_ERROR: str(exc)}
-            rendered.append(row)
-        return rendered
+            return batches
+        return ([_rendered(stage, renderer, row) for row in batch] for batch in batches)
+
+
+def _rendered(stage: Stage, renderer: Template | MessagesTemplate, row: Row) -> Row:
+    if row.get(PIPELINE_ERROR) is not None:
+        return row
+    try:
+        return {**row, stage.prompt_target: renderer.render(row)}
+    except ValueError as exc:
+        return {**row, stage.prompt_target: None, PIPELINE_ERROR: str(exc)}
 
 
 def _errors_shown(row: Row) -> Row:
