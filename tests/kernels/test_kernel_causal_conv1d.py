@@ -7,14 +7,14 @@ import torch
 
 pytest.importorskip("triton")
 
+from hybrid_testing import POOL, SLOTS, step_layout, token_rows  # noqa: E402
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
 
 from bulkinfer.kernels import causal_conv1d as conv  # noqa: E402
 
-CHANNELS, TAPS, POOL = 40, 4, 7
+CHANNELS, TAPS = 40, 4
 LENGTHS = [5, 1, 9, 2]  # one shorter than K - 1: its new state keeps part of the stored one
-SLOTS = [4, 0, 6, 2]  # out of order, with unused slots between
 INITIAL = [True, False, True, True]
 
 
@@ -24,11 +24,7 @@ def _case(dtype: torch.dtype, seed: int = 0, bias: bool = True) -> dict:
                 bias=torch.randn(CHANNELS, generator=gen) if bias else None,
                 conv_states=torch.randn(POOL, CHANNELS, TAPS - 1, generator=gen))
     case = {k: None if v is None else v.to(DEVICE, dtype) for k, v in case.items()}
-    case.update(slots=torch.tensor(SLOTS, device=DEVICE),
-                query_start_loc=torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()], dtype=torch.int32,
-                                             device=DEVICE),
-                has_initial_state=torch.tensor(INITIAL, device=DEVICE))
-    return case
+    return {**case, **step_layout(LENGTHS, SLOTS, INITIAL)}
 
 
 def _run(fn, case: dict, activation="silu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,14 +68,11 @@ def test_prefill_then_decode_steps_equal_one_prefill(path, dtype):
     update = conv.causal_conv1d_update_triton if path == "triton" else conv.causal_conv1d_update
     case = _case(dtype, seed=1)
     whole, whole_states = _run(prefill, case)
-    steps = 2  # the last two tokens of every sequence of length >= 2, decoded one at a time
+    steps = 2  # the last two tokens of the sequences longer than that, decoded one at a time
+    head_lengths = [n - steps if n > steps else n for n in LENGTHS]
+    head, _ = token_rows(LENGTHS, head_lengths)
+    _, states = _run(prefill, {**case, "x": case["x"][head], **step_layout(head_lengths, SLOTS, INITIAL)})
     bounds = case["query_start_loc"].tolist()
-    keep = [t for s in range(len(LENGTHS)) for t in range(bounds[s], bounds[s + 1] - min(steps, LENGTHS[s] - 1))]
-    lengths = [max(n - steps, 1) for n in LENGTHS]
-    head = dict(case, x=case["x"][keep],
-                query_start_loc=torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
-                                             device=DEVICE))
-    pieces, states = _run(prefill, head)
     decoding = [s for s, n in enumerate(LENGTHS) if n > steps]
     for step in range(steps):
         rows = [bounds[s + 1] - steps + step for s in decoding]
