@@ -205,6 +205,8 @@ def gated_delta_rule_triton(q, k, v, g, beta, states, slots, query_start_loc, ha
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
             raise ValueError(f"gated delta rule: {name} needs contiguous heads (a token's row may be a slice)")
+    if g.stride(-1) != 1 or beta.stride(-1) != 1:
+        raise ValueError("gated delta rule: g and beta need a unit head stride")
     out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     if q.shape[0]:
         gated_delta_rule_launch(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale, out)()

@@ -207,6 +207,8 @@ def mamba_scan_triton(x, dt, A, B, C, D, dt_bias, states, slots, query_start_loc
     for name, t in (("x", x), ("B", B), ("C", C)):
         if t.stride(-1) != 1 or t.stride(-2) != t.shape[-1]:
             raise ValueError(f"mamba scan: {name} needs contiguous heads (a token's row may be a slice)")
+    if dt.stride(-1) != 1:
+        raise ValueError("mamba scan: dt needs a unit head stride")
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.shape[0]:
         mamba_scan_launch(x, dt, A, B, C, D, dt_bias, states, slots, query_start_loc, has_initial_state,
