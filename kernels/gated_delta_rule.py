@@ -46,7 +46,7 @@ def _recurrent_steps(q, k, v, g, beta, state, scale) -> torch.Tensor:
         state.mul_(g[t].float().exp()[:, None, None])
         kt = k[t].float()
         delta = (v[t].float() - torch.einsum("hk,hkv->hv", kt, state)) * beta[t].float()[:, None]
-        state.add_(kt[:, :, None] * delta[:, None, :])
+        state.baddbmm_(kt[:, :, None], delta[:, None, :])  # the rank-one update without a state-sized temporary
         out[t] = torch.einsum("hk,hkv->hv", q[t].float() * scale, state)
     return out
 

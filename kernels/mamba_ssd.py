@@ -142,7 +142,9 @@ def mamba_state_update(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: to
     dt, log_decay, B, C = _discretized(dt, A, B, C, dt_bias, dt_softplus, x.shape[1])  # [B, H], [B, H, N]
     inputs = x.float()
     state = states[slots]  # [B, H, P, N] fp32, a copy
-    state.mul_(log_decay.exp()[..., None, None]).add_((dt[..., None] * inputs)[..., None] * B[:, :, None, :])
+    flat = state.view(-1, *state.shape[2:])  # the rank-one update as one batched product, without a temporary
+    flat.mul_(log_decay.exp().view(-1, 1, 1)).baddbmm_((dt[..., None] * inputs).view(-1, x.shape[-1], 1),
+                                                       B.reshape(flat.shape[0], 1, -1))
     states[slots] = state
     return (torch.einsum("bhpn,bhn->bhp", state, C) + D.float()[:, None] * inputs).to(x.dtype)
 
