@@ -12,7 +12,7 @@ as in Qwen3-Next), the caller repeats q and k to v's heads before the call.
   ``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule``).
 - CPU: prefill in chunks of 64 tokens (the UT transform: a triangular solve turns a chunk's 64
   rank-one updates into matrix products), per sequence with all heads batched; decode is one batched
-  step over all sequences.
+  step over all sequences (in blocks of at most 8 MiB of state, kernels/state_blocks.py).
 - Triton: one program per (sequence, head, block of Dv) keeps its slice of S in registers and walks
   the sequence's tokens; decode is the same kernel with one token per sequence.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, tl
+from .state_blocks import state_blocks
 
 CHUNK = 64
 
@@ -139,12 +140,16 @@ def fused_recurrent_gated_delta_rule_update(q: torch.Tensor, k: torch.Tensor, v:
     _check(q, v, states)
     if q.device.type == "cuda":
         return fused_recurrent_gated_delta_rule_update_triton(q, k, v, g, beta, states, slots, scale)
-    state = states[slots]  # [B, H, Dk, Dv] fp32, a copy
-    # One token of B * H independent heads: the batch folds into the head axis.
-    heads = q.shape[0] * q.shape[1]
-    out = _recurrent_steps(q.reshape(1, heads, -1), k.reshape(1, heads, -1), v.reshape(1, heads, -1),
-                           g.reshape(1, heads), beta.reshape(1, heads), state.view(heads, *state.shape[2:]), scale)
-    states[slots] = state
+    out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for block in state_blocks(q.shape[0], states[0].numel() * states.element_size()):
+        state = states[slots[block]]  # [b, H, Dk, Dv] fp32, a copy
+        # One token of b * H independent heads: the block folds into the head axis.
+        heads = state.shape[0] * state.shape[1]
+        out[block] = _recurrent_steps(q[block].reshape(1, heads, -1), k[block].reshape(1, heads, -1),
+                                      v[block].reshape(1, heads, -1), g[block].reshape(1, heads),
+                                      beta[block].reshape(1, heads), state.view(heads, *state.shape[2:]),
+                                      scale).view(state.shape[0], state.shape[1], -1)
+        states[slots[block]] = state
     return out.view(v.shape).to(v.dtype)
 
 

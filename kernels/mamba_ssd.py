@@ -9,7 +9,7 @@ B and C in G groups (head h reads group ``h // (H / G)``). Per token, with ``dt'
   ``mamba2_selective_state_update``).
 - CPU: prefill in chunks of 64 tokens (the SSD form: within a chunk, a masked decay matrix times
   C B^T; between chunks, the state), per sequence with all heads batched; decode is one batched
-  step over all sequences.
+  step over all sequences (in blocks of at most 8 MiB of state, kernels/state_blocks.py).
 - Triton: one program per (sequence, head, block of P) keeps its rows of S in registers and walks
   the sequence's tokens; decode is the same kernel with one token per sequence.
 """
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ._triton import Launch, jit, next_power_of_2, tl
+from .state_blocks import state_blocks
 
 CHUNK = 64
 
@@ -141,12 +142,15 @@ def mamba_state_update(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: to
         return mamba_state_update_triton(x, dt, A, B, C, D, dt_bias, states, slots, dt_softplus)
     dt, log_decay, B, C = _discretized(dt, A, B, C, dt_bias, dt_softplus, x.shape[1])  # [B, H], [B, H, N]
     inputs = x.float()
-    state = states[slots]  # [B, H, P, N] fp32, a copy
-    flat = state.view(-1, *state.shape[2:])  # the rank-one update as one batched product, without a temporary
-    flat.mul_(log_decay.exp().view(-1, 1, 1)).baddbmm_((dt[..., None] * inputs).view(-1, x.shape[-1], 1),
-                                                       B.reshape(flat.shape[0], 1, -1))
-    states[slots] = state
-    return (torch.einsum("bhpn,bhn->bhp", state, C) + D.float()[:, None] * inputs).to(x.dtype)
+    y = torch.empty_like(inputs)
+    for block in state_blocks(x.shape[0], states[0].numel() * states.element_size()):
+        state = states[slots[block]]  # [b, H, P, N] fp32, a copy
+        flat = state.view(-1, *state.shape[2:])  # the rank-one update as one batched product, without a temporary
+        flat.mul_(log_decay[block].exp().view(-1, 1, 1)).baddbmm_(
+            (dt[block, :, None] * inputs[block]).view(-1, x.shape[-1], 1), B[block].reshape(flat.shape[0], 1, -1))
+        states[slots[block]] = state
+        y[block] = torch.einsum("bhpn,bhn->bhp", state, C[block])
+    return (y + D.float()[:, None] * inputs).to(x.dtype)
 
 
 # --- Triton --------------------------------------------------------------------------------------------

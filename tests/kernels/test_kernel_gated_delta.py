@@ -15,7 +15,7 @@ from transformers.models.qwen3_next.modeling_qwen3_next import (  # noqa: E402
     torch_recurrent_gated_delta_rule,
 )
 
-from bulkinfer.kernels import gated_delta_rule as gdr  # noqa: E402
+from bulkinfer.kernels import gated_delta_rule as gdr, state_blocks  # noqa: E402
 
 HEADS, DK, DV = 2, 16, 8
 SCALE = DK ** -0.5  # what transformers uses
@@ -91,8 +91,11 @@ def test_prefill_then_decode_steps_equal_one_prefill(path, dtype):
     torch.testing.assert_close(states[slots], whole_states[slots], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("block_bytes", [None, 1], ids=["one-block", "a-block-per-sequence"])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-def test_update_paths_match_reference(dtype):
+def test_update_paths_match_reference(dtype, block_bytes, monkeypatch):
+    if block_bytes:  # the CPU path's blocks of sequences, as a large model's states make them
+        monkeypatch.setattr(state_blocks, "BLOCK_BYTES", block_bytes)
     case = _inputs(len(SLOTS), dtype, seed=2)
     slots = torch.tensor(SLOTS, device=DEVICE)
     results = []

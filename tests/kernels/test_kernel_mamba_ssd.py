@@ -14,7 +14,7 @@ from transformers.models.mamba2.modeling_mamba2 import (  # noqa: E402
     mamba2_selective_state_update,
 )
 
-from bulkinfer.kernels import mamba_ssd  # noqa: E402
+from bulkinfer.kernels import mamba_ssd, state_blocks  # noqa: E402
 
 HEADS, HEAD_DIM, GROUPS, STATE = 4, 8, 2, 16
 TOKEN_INPUTS = ("x", "dt", "B", "C")
@@ -108,8 +108,11 @@ def test_prefill_then_decode_steps_equal_one_prefill(path, dtype):
     torch.testing.assert_close(states[slots], whole_states[slots], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("block_bytes", [None, 1], ids=["one-block", "a-block-per-sequence"])
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-def test_update_paths_match_reference(dtype):
+def test_update_paths_match_reference(dtype, block_bytes, monkeypatch):
+    if block_bytes:  # the CPU path's blocks of sequences, as a large model's states make them
+        monkeypatch.setattr(state_blocks, "BLOCK_BYTES", block_bytes)
     case = _inputs(len(SLOTS), dtype, seed=2)
     slots = torch.tensor(SLOTS, device=DEVICE)
     results = []
