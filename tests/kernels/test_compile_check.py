@@ -28,7 +28,8 @@ from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supporte
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
            "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
            "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel", "_lora_shrink_kernel",
-           "_lora_expand_kernel"}
+           "_lora_expand_kernel", "_conv_tokens_kernel", "_conv_state_kernel", "_gated_delta_kernel",
+           "_mamba_scan_kernel"}
 
 
 COMPILED_ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -243,3 +244,29 @@ def test_new_lora_token_counts_compile_nothing_new():
                           text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "2"
+
+
+_HYBRID_BIND_SCRIPT = """
+import torch
+from bulkinfer.bench.compile_check import bind, causal_conv1d_cases, gated_delta_rule_cases, mamba_scan_cases
+from bulkinfer.bench import compile_check
+from bulkinfer.kernels.target import KNOWN_TARGETS
+target = KNOWN_TARGETS["sm_90"]
+shape = compile_check.Shape(128, 4, 16, torch.bfloat16)
+counts = []
+for pool in (8, 37, 256):  # the state pool's size varies with the memory budget
+    compile_check.HYBRID_SLOTS = pool
+    keys = {bind(launch, target)[2] for cases in (causal_conv1d_cases, gated_delta_rule_cases, mamba_scan_cases)
+            for launch in cases(shape, target)}
+    counts.append(len(keys))
+print(*counts)
+"""
+
+
+def test_hybrid_steps_compile_nothing_new():
+    # Decode steps and prefills of any token count, over pools of any size, share one variant per
+    # kernel and tile: conv (2 kernels, any channel count), delta rule (1), Mamba2 scan (one per state size: 2).
+    done = subprocess.run([sys.executable, "-c", _HYBRID_BIND_SCRIPT], env=COMPILED_ENV, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["5", "5", "5"]

@@ -40,11 +40,14 @@ from pathlib import Path
 import torch
 
 from bulkinfer.kernels._triton import Launch, is_interpreted
+from bulkinfer.kernels.causal_conv1d import causal_conv1d_launches
 from bulkinfer.kernels.expert_weights import ExpertWeights
 from bulkinfer.kernels.fp8_gemm import FP8, block_scales, fp8_gemm_launch, fp8_tensor_cores
 from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
+from bulkinfer.kernels.gated_delta_rule import gated_delta_rule_launch
 from bulkinfer.kernels.int_weight_gemm import int_weight_gemm_launch
 from bulkinfer.kernels.lora import lora_expand_launch, lora_shrink_launch, token_groups
+from bulkinfer.kernels.mamba_ssd import mamba_scan_launch
 from bulkinfer.kernels.matmul import matmul_launch
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
 from bulkinfer.kernels.rms_norm import rms_norm_launch
@@ -332,6 +335,66 @@ def lora_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     return launches
 
 
+# Hybrid models' recurrent layers. Gated delta rule: (v heads, Dk, Dv) of Qwen3-Next-80B (q and k
+# repeated from 16 to its 32 value heads). Mamba2: (heads, head_dim, state, groups) of Granite-4.0-H
+# and Falcon-H1. Conv: (channels, taps) of each model's convolution in front of them.
+DELTA_SHAPES = ((32, 128, 128),)
+MAMBA_SHAPES = ((128, 64, 128, 1), (24, 128, 256, 1))
+CONV_SHAPES = ((8192, 4), (8448, 4), (3584, 4))
+HYBRID_SLOTS = 8
+
+
+def _step(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(slots, query_start_loc, has_initial_state) of a prefill of 3 sequences when ``tokens`` > 3,
+    else of a decode step of one token per sequence."""
+    seqs = min(tokens, 3)
+    bounds = torch.linspace(0, tokens, seqs + 1).round().to(torch.int32)
+    return torch.arange(seqs), bounds, torch.ones(seqs, dtype=torch.bool)
+
+
+def causal_conv1d_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    launches = []
+    for channels, taps in CONV_SHAPES:
+        for tokens in (3, 512):
+            slots, bounds, initial = _step(tokens)
+            x = torch.zeros(tokens, channels, dtype=shape.dtype)
+            states = torch.zeros(HYBRID_SLOTS, channels, taps - 1, dtype=shape.dtype)
+            launches += causal_conv1d_launches(x, torch.zeros(channels, taps, dtype=shape.dtype),
+                                               torch.zeros(channels, dtype=shape.dtype), states, slots, bounds,
+                                               initial, "silu", torch.empty_like(x),
+                                               torch.zeros(tokens, dtype=torch.long))
+    return launches
+
+
+def gated_delta_rule_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    launches = []
+    for heads, dk, dv in DELTA_SHAPES:
+        for tokens in (3, 512):
+            slots, bounds, initial = _step(tokens)
+            qk = torch.zeros(tokens, heads, dk, dtype=shape.dtype)
+            v = torch.zeros(tokens, heads, dv, dtype=shape.dtype)
+            gates = torch.zeros(tokens, heads, dtype=shape.dtype)
+            states = torch.zeros(HYBRID_SLOTS, heads, dk, dv)
+            launches.append(gated_delta_rule_launch(qk, qk, v, gates, gates, states, slots, bounds, initial,
+                                                    dk ** -0.5, torch.empty_like(v)))
+    return launches
+
+
+def mamba_scan_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    launches = []
+    for heads, head_dim, state_size, groups in MAMBA_SHAPES:
+        for tokens in (3, 512):
+            slots, bounds, initial = _step(tokens)
+            x = torch.zeros(tokens, heads, head_dim, dtype=shape.dtype)
+            dt = torch.zeros(tokens, heads, dtype=shape.dtype)
+            bc = torch.zeros(tokens, groups, state_size, dtype=shape.dtype)
+            per_head = torch.zeros(heads)
+            states = torch.zeros(HYBRID_SLOTS, heads, head_dim, state_size)
+            launches.append(mamba_scan_launch(x, dt, per_head, bc, bc, per_head, per_head, states, slots, bounds,
+                                              initial, True, torch.empty_like(x)))
+    return launches
+
+
 @dataclass(frozen=True)
 class KernelCheck:
     name: str
@@ -350,6 +413,9 @@ CHECKS: tuple[KernelCheck, ...] = (
     KernelCheck("fp8_gemm", fp8_gemm_cases),
     KernelCheck("quantized_moe", quantized_moe_cases),
     KernelCheck("lora", lora_cases),
+    KernelCheck("causal_conv1d", causal_conv1d_cases),
+    KernelCheck("gated_delta_rule", gated_delta_rule_cases),
+    KernelCheck("mamba_scan", mamba_scan_cases),
 )
 
 

@@ -1,0 +1,226 @@
+"""The gated delta rule: the linear attention of Qwen3-Next's and Qwen3.5's gated delta-net layers.
+
+Each head keeps a fixed-size state S [Dk, Dv] (fp32, one slot of the pool ``states`` [S, H, Dk, Dv]).
+Per token, with decay ``g`` (log space) and learning rate ``beta``::
+
+    S = exp(g) * S;   S += k ⊗ beta * (v - k @ S);   o = scale * q @ S
+
+``q`` and ``k`` arrive l2-normalised. Where v has more heads than q and k (grouped value attention,
+as in Qwen3-Next), the caller repeats q and k to v's heads before the call.
+
+- ``*_ref``: per token, the tests' ground truth (it matches transformers'
+  ``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule``).
+- CPU: prefill in chunks of 64 tokens (the UT transform: a triangular solve turns a chunk's 64
+  rank-one updates into matrix products), per sequence with all heads batched; decode is one batched
+  step over all sequences (in blocks of at most 8 MiB of state, kernels/state_blocks.py).
+- Triton: one program per (sequence, head, block of Dv) keeps its slice of S in registers and walks
+  the sequence's tokens; decode is the same kernel with one token per sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import Launch, jit, next_power_of_2, tl
+from .state_blocks import state_blocks
+
+CHUNK = 64
+
+
+def _check(q: torch.Tensor, v: torch.Tensor, states: torch.Tensor) -> None:
+    heads, dk, dv = states.shape[1:]
+    if q.shape[-2:] != (heads, dk) or v.shape[-2:] != (heads, dv):
+        raise ValueError(f"gated delta rule: q {tuple(q.shape)}, v {tuple(v.shape)} and states {tuple(states.shape)} "
+                         "disagree (want q [T, H, Dk], v [T, H, Dv], states [S, H, Dk, Dv]; repeat q and k to "
+                         "v's heads first)")
+
+
+def _initial(states: torch.Tensor, slot: int, has_initial_state: bool) -> torch.Tensor:
+    state = states[slot].float()
+    return state if has_initial_state else torch.zeros_like(state)
+
+
+def _recurrent_steps(q, k, v, g, beta, state, scale) -> torch.Tensor:
+    """Tokens one at a time (q, k [L, H, Dk] ...; state [H, Dk, Dv] fp32, updated in place) -> o [L, H, Dv] fp32."""
+    out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for t in range(q.shape[0]):
+        state.mul_(g[t].float().exp()[:, None, None])
+        kt = k[t].float()
+        delta = (v[t].float() - torch.einsum("hk,hkv->hv", kt, state)) * beta[t].float()[:, None]
+        state.baddbmm_(kt[:, :, None], delta[:, None, :])  # the rank-one update without a state-sized temporary
+        out[t] = torch.einsum("hk,hkv->hv", q[t].float() * scale, state)
+    return out
+
+
+def chunk_gated_delta_rule_ref(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state,
+                               scale: float) -> torch.Tensor:
+    """Per token and per sequence: the ground truth of :func:`chunk_gated_delta_rule`."""
+    _check(q, v, states)
+    out = torch.empty_like(v)
+    bounds = query_start_loc.tolist()
+    for seq, (slot, initial) in enumerate(zip(slots.tolist(), has_initial_state.tolist())):
+        span = slice(bounds[seq], bounds[seq + 1])
+        state = _initial(states, slot, initial)
+        out[span] = _recurrent_steps(q[span], k[span], v[span], g[span], beta[span], state, scale).to(v.dtype)
+        states[slot] = state
+    return out
+
+
+def fused_recurrent_gated_delta_rule_update_ref(q, k, v, g, beta, states, slots, scale: float) -> torch.Tensor:
+    count = q.shape[0]
+    return chunk_gated_delta_rule_ref(q, k, v, g, beta, states, slots, _one_token_each(count, q.device),
+                                      torch.ones(count, dtype=torch.bool, device=q.device), scale)
+
+
+def _one_token_each(count: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(count + 1, dtype=torch.int32, device=device)
+
+
+# --- the CPU path ----------------------------------------------------------------------------------
+
+
+def _chunked(x: torch.Tensor, length: int) -> torch.Tensor:
+    """[L, H, ...] -> fp32 [H, chunks, 64, ...], zero-padded: a padded token leaves the state as it is."""
+    x = x.float().movedim(1, 0)
+    pad = -length % CHUNK
+    x = torch.cat([x, x.new_zeros(x.shape[0], pad, *x.shape[2:])], dim=1)
+    return x.view(x.shape[0], -1, CHUNK, *x.shape[2:])
+
+
+def _chunk_form(q, k, v, g, beta, state, scale) -> torch.Tensor:
+    """One sequence in chunks of 64, all heads at once (state [H, Dk, Dv] fp32, updated in place) -> [L, H, Dv]."""
+    length = q.shape[0]
+    q, k, v, g, beta = (_chunked(x, length) for x in (q, k, v, g, beta))
+    cum = g.cumsum(-1)  # [H, N, C]: log decay from the chunk's start through each token
+    causal = torch.ones(CHUNK, CHUNK, dtype=torch.bool, device=q.device).tril()
+    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # token j -> i
+    k_beta = k * beta[..., None]
+    # The UT transform: (I + strictly_lower(k_beta k^T * decay)) maps each token's corrected value
+    # and decayed key to what the sequential updates would have written.
+    system = (k_beta @ k.transpose(-1, -2) * decay).tril(-1) + torch.eye(CHUNK, device=q.device)
+    values = torch.linalg.solve_triangular(system, v * beta[..., None], upper=False, unitriangular=True)
+    keys_read = torch.linalg.solve_triangular(system, k_beta * cum.exp()[..., None], upper=False, unitriangular=True)
+    attention = q @ k.transpose(-1, -2) * decay * scale
+    q_decayed = q * (cum.exp()[..., None] * scale)
+    k_to_end = k * (cum[..., -1:] - cum).exp()[..., None]
+    out = torch.empty_like(values)
+    for c in range(q.shape[1]):
+        corrected = values[:, c] - keys_read[:, c] @ state
+        out[:, c] = q_decayed[:, c] @ state + attention[:, c] @ corrected
+        state.mul_(cum[:, c, -1].exp()[:, None, None]).add_(k_to_end[:, c].transpose(-1, -2) @ corrected)
+    return out.flatten(1, 2)[:, :length].movedim(0, 1)
+
+
+# --- what the layers call ----------------------------------------------------------------------------
+
+
+def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                           states: torch.Tensor, slots: torch.Tensor, query_start_loc: torch.Tensor,
+                           has_initial_state: torch.Tensor, scale: float) -> torch.Tensor:
+    """A step's prefill tokens (q, k [T, H, Dk]; v [T, H, Dv]; g, beta [T, H]) -> o [T, H, Dv];
+    each sequence starts from ``states[slot]`` when ``has_initial_state`` (else zeros) and its
+    final state is written there. Triton on CUDA; on the CPU the chunk form, one sequence at a time."""
+    _check(q, v, states)
+    if q.device.type == "cuda":
+        return gated_delta_rule_triton(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale)
+    out = torch.empty_like(v)
+    bounds = query_start_loc.tolist()
+    for seq, (slot, initial) in enumerate(zip(slots.tolist(), has_initial_state.tolist())):
+        span = slice(bounds[seq], bounds[seq + 1])
+        state = _initial(states, slot, initial)
+        out[span] = _chunk_form(q[span], k[span], v[span], g[span], beta[span], state, scale).to(v.dtype)
+        states[slot] = state
+    return out
+
+
+def fused_recurrent_gated_delta_rule_update(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                                            beta: torch.Tensor, states: torch.Tensor, slots: torch.Tensor,
+                                            scale: float) -> torch.Tensor:  # q, k [B, H, Dk]; v [B, H, Dv]
+    """One decode token per sequence, all sequences in one batched step; states updated in place."""
+    _check(q, v, states)
+    if q.device.type == "cuda":
+        return fused_recurrent_gated_delta_rule_update_triton(q, k, v, g, beta, states, slots, scale)
+    out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for block in state_blocks(q.shape[0], states[0].numel() * states.element_size()):
+        state = states[slots[block]]  # [b, H, Dk, Dv] fp32, a copy
+        # One token of b * H independent heads: the block folds into the head axis.
+        heads = state.shape[0] * state.shape[1]
+        out[block] = _recurrent_steps(q[block].reshape(1, heads, -1), k[block].reshape(1, heads, -1),
+                                      v[block].reshape(1, heads, -1), g[block].reshape(1, heads),
+                                      beta[block].reshape(1, heads), state.view(heads, *state.shape[2:]),
+                                      scale).view(state.shape[0], state.shape[1], -1)
+        states[slots[block]] = state
+    return out.view(v.shape).to(v.dtype)
+
+
+# --- Triton --------------------------------------------------------------------------------------------
+
+
+@jit
+def _gated_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, states_ptr, out_ptr, slots_ptr, qsl_ptr, has_init_ptr,
+                        scale, heads, dk, dv, q_stride, k_stride, v_stride, g_stride, beta_stride,
+                        BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    cols = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
+    rows = tl.arange(0, BLOCK_K)
+    row_mask, col_mask = rows < dk, cols < dv
+    start = tl.load(qsl_ptr + seq).to(tl.int64)
+    end = tl.load(qsl_ptr + seq + 1).to(tl.int64)
+    slot = tl.load(slots_ptr + seq).to(tl.int64)
+    state_ptrs = states_ptr + ((slot * heads + head) * dk + rows[:, None]) * dv + cols[None, :]
+    tile_mask = row_mask[:, None] & col_mask[None, :]
+    state = tl.load(state_ptrs, mask=tile_mask, other=0.0)  # [BLOCK_K, BLOCK_V] fp32
+    state = tl.where(tl.load(has_init_ptr + seq) != 0, state, 0.0)  # a new sequence ignores the slot's leftovers
+    for t in range(start, end):
+        k = tl.load(k_ptr + t * k_stride + head * dk + rows, mask=row_mask, other=0.0).to(tl.float32)
+        q = tl.load(q_ptr + t * q_stride + head * dk + rows, mask=row_mask, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + t * v_stride + head * dv + cols, mask=col_mask, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + t * g_stride + head).to(tl.float32)
+        beta = tl.load(beta_ptr + t * beta_stride + head).to(tl.float32)
+        state *= tl.exp(g)
+        delta = (v - tl.sum(state * k[:, None], axis=0)) * beta
+        state += k[:, None] * delta[None, :]
+        out = tl.sum(state * q[:, None], axis=0) * scale
+        tl.store(out_ptr + (t * heads + head) * dv + cols, out.to(out_ptr.dtype.element_ty), mask=col_mask)
+    tl.store(state_ptrs, state, mask=tile_mask)
+
+
+def gated_delta_rule_launch(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale,
+                            out) -> Launch:
+    """Grid ``(B, H, cdiv(Dv, BLOCK_V))``: a sequence, a head, a block of the state's columns, which
+    the program holds in registers over the sequence's tokens. Reads each token's q, k, v once per
+    column block; reads and writes the state once."""
+    heads, dk, dv = states.shape[1:]
+    block_k = next_power_of_2(dk)
+    block_v = min(next_power_of_2(dv), max(16, 4096 // block_k))  # a state tile of at most 4,096 fp32
+    has_init = has_initial_state.to(torch.int8) if has_initial_state.dtype == torch.bool else has_initial_state
+    return Launch(_gated_delta_kernel, (slots.shape[0], heads, -(-dv // block_v)),
+                  (q, k, v, g, beta, states, out, slots, query_start_loc, has_init, scale, heads, dk, dv,
+                   q.stride(0), k.stride(0), v.stride(0), g.stride(0), beta.stride(0)),
+                  {"BLOCK_K": block_k, "BLOCK_V": block_v, "num_warps": 4})
+
+
+def gated_delta_rule_triton(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state,
+                            scale: float) -> torch.Tensor:
+    """Triton version of :func:`chunk_gated_delta_rule_ref` (and, one token per sequence, of the update)."""
+    _check(q, v, states)
+    if states.dtype != torch.float32 or not states.is_contiguous():
+        raise ValueError("gated delta rule: states must be a contiguous fp32 pool")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
+            raise ValueError(f"gated delta rule: {name} needs contiguous heads (a token's row may be a slice)")
+    if g.stride(-1) != 1 or beta.stride(-1) != 1:
+        raise ValueError("gated delta rule: g and beta need a unit head stride")
+    out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if q.shape[0]:
+        gated_delta_rule_launch(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale, out)()
+    return out
+
+
+def fused_recurrent_gated_delta_rule_update_triton(q, k, v, g, beta, states, slots, scale: float) -> torch.Tensor:
+    """Triton version of :func:`fused_recurrent_gated_delta_rule_update_ref`: the prefill kernel,
+    one token per sequence."""
+    count = q.shape[0]
+    return gated_delta_rule_triton(q, k, v, g, beta, states, slots, _one_token_each(count, q.device),
+                                   torch.ones(count, dtype=torch.bool, device=q.device), scale)

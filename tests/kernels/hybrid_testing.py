@@ -1,0 +1,28 @@
+"""What the hybrid models' recurrent-kernel tests share: a step of several sequences over a state pool."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_testing import DEVICE
+
+LENGTHS = [70, 1, 9, 130]  # over one chunk of 64, a single token, under a chunk, several chunks
+SLOTS = [4, 0, 6, 2]  # out of order, with unused slots between
+INITIAL = [True, False, True, False]  # a later chunk of a chunked prefill continues from its slot
+POOL = 7
+
+
+def step_layout(lengths: list[int] = LENGTHS, slots: list[int] = SLOTS, initial: list[bool] = INITIAL) -> dict:
+    """slots, query_start_loc and has_initial_state for sequences of ``lengths`` in one step."""
+    return dict(slots=torch.tensor(slots, device=DEVICE),
+                query_start_loc=torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
+                                             device=DEVICE),
+                has_initial_state=torch.tensor(initial, device=DEVICE))
+
+
+def token_rows(lengths: list[int], keep: list[int]) -> tuple[list[int], list[int]]:
+    """The step's rows of each sequence's first ``keep[s]`` tokens, and those of the rest."""
+    starts = torch.tensor([0, *lengths]).cumsum(0).tolist()
+    head = [starts[s] + t for s in range(len(lengths)) for t in range(keep[s])]
+    tail = [starts[s] + t for s in range(len(lengths)) for t in range(keep[s], lengths[s])]
+    return head, tail
