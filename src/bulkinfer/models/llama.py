@@ -77,7 +77,7 @@ class Attention(nn.Module):
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
                                        attn.seq_lens, attn.block_tables, self.scale,
                                        max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len,
-                                       min_query_len=attn.min_query_len, **scales)
+                                       min_query_len=attn.min_query_len, key=k, value=v, **scales)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
