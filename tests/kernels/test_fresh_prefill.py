@@ -7,6 +7,8 @@ result, and the fresh rows must not read the cache at all.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -29,7 +31,7 @@ def new_keys_and_values(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     starts, lens = batch["query_start_loc"].tolist(), batch["seq_lens"].tolist()
     block_size = batch["k_cache"].shape[1]
     slots = []
-    for seq, (start, end) in enumerate(zip(starts, starts[1:])):
+    for seq, (start, end) in enumerate(itertools.pairwise(starts)):
         table = batch["block_tables"][seq].long()
         for position in range(lens[seq] - (end - start), lens[seq]):
             slots.append(int(table[position // block_size]) * block_size + position % block_size)
