@@ -15,7 +15,11 @@ Two variants modern models need, both off by default:
   that joins the softmax's denominator and contributes no value, so a head can attend to nothing.
 
 The reference below is also the CPU execution path: it gathers each sequence's blocks and calls
-PyTorch's scaled_dot_product_attention, batching all decode rows into one call.
+PyTorch's scaled_dot_product_attention, batching all decode rows into one call. Given the step's new
+keys and values (``key``, ``value``), a sequence whose whole context is new in this step (a prompt
+with no cached prefix, a first chunk) attends to them where they are, and its cache blocks, just
+written for the steps to come, are not read back. One call per such sequence measured faster than
+padding them into batched calls (the padding's copies and arithmetic cost more than the calls).
 
 The Triton path (``paged_attention_triton``) splits the rows between two kernels on the device, by
 each sequence's ``q_len``, so the host never reads the lengths:
@@ -72,6 +76,8 @@ def paged_attention_ref(
     k_scale: float = 1.0,  # the layer's FP8 scales; unused with a cache of the compute dtype
     v_scale: float = 1.0,
     sinks: torch.Tensor | None = None,  # [num_heads] float32 sink logits, or None
+    key: torch.Tensor | None = None,  # [num_tokens, num_kv_heads, head_dim]: the new tokens' keys, as stored
+    value: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
@@ -84,11 +90,18 @@ def paged_attention_ref(
         out[rows] = decode(query[rows], k_cache, v_cache, block_tables[group], seq_lens[group],
                            lens[group[0]], scale, **variant.kwargs(), k_scale=k_scale, v_scale=v_scale,
                            **_sink_kwargs(sinks))
+    # An FP8 cache keeps the cache's rounded keys: a prompt then reads what its later decodes will.
+    fresh = key is not None and value is not None and not fp8.is_fp8(k_cache)
     for i, q_len in enumerate(q_lens):
-        if q_len > 1:
-            q = query[starts[i]:starts[i + 1]]
-            out[starts[i]:starts[i + 1]] = _extend(q, k_cache, v_cache, block_tables[i], lens[i], scale, variant,
-                                                   k_scale, v_scale, sinks)
+        if q_len == 1:
+            continue
+        rows = slice(starts[i], starts[i + 1])
+        if fresh and q_len == lens[i]:  # the whole context is new this step: no cached key to read back
+            k, v = key[rows], value[rows]
+        else:
+            k = _gather(k_cache, block_tables[i], lens[i], k_scale, query.dtype)
+            v = _gather(v_cache, block_tables[i], lens[i], v_scale, query.dtype)
+        out[rows] = _extend(query[rows], k, v, scale, variant, sinks)
     return out
 
 
@@ -152,12 +165,11 @@ def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, slid
     return out.squeeze(2).to(q.dtype)
 
 
-def _extend(q, k_cache, v_cache, block_table, seq_len, scale, variant=AttentionVariant(), k_scale=1.0, v_scale=1.0,
-            sinks=None):
-    # q: [q_len, heads, dim], the last q_len positions of a sequence of seq_len cached tokens.
-    q_len = q.shape[0]
-    k = _gather(k_cache, block_table, seq_len, k_scale, q.dtype).transpose(0, 1)  # [kvh, seq_len, dim]
-    v = _gather(v_cache, block_table, seq_len, v_scale, q.dtype).transpose(0, 1)
+def _extend(q, k, v, scale, variant=AttentionVariant(), sinks=None):
+    # q: [q_len, heads, dim], the last q_len positions of a sequence whose keys and values are
+    # k, v: [seq_len, kv_heads, dim] (read back from the cache, or the step's own when all are new).
+    q_len, seq_len = q.shape[0], k.shape[0]
+    k, v = k.transpose(0, 1), v.transpose(0, 1)  # [kv_heads, seq_len, dim]
     mask = None
     if q_len != seq_len or variant.active:
         query_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)
@@ -534,6 +546,8 @@ def paged_attention_triton(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     sinks: torch.Tensor | None = None,
+    key: torch.Tensor | None = None,  # unused: the kernels read every key from the cache, where store_kv put it
+    value: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Triton version of :func:`paged_attention_ref`; reads no tensor back to the host.
 

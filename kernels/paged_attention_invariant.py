@@ -45,7 +45,8 @@ def paged_attention_invariant(
     k_scale: float = 1.0,  # the layer's FP8 scales; unused with a cache of the compute dtype
     v_scale: float = 1.0,
     sinks: torch.Tensor | None = None,  # [num_heads] float32 sink logits, or None
-    **hints,  # the launch hints of paged_attention_ref; nothing here depends on them
+    **hints,  # paged_attention_ref's launch hints and new keys: every key is read from the cache, so a
+    # prompt's first chunk folds the same rows as its later chunks do
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     num_tokens, num_heads, head_dim = query.shape
     block_size, kv_heads = k_cache.shape[1], k_cache.shape[2]

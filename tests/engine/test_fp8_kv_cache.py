@@ -67,16 +67,20 @@ def test_fp8_logits_are_close_to_the_full_cache(tiny_llama):
 
 def test_fp8_logits_are_those_of_a_full_cache_holding_e4m3_values(tiny_llama):
     # The whole difference is the rounding of what is stored: an fp32 cache given the same rounded
-    # keys and values gives the same logits.
+    # keys and values, and reading a prompt's keys back from it as an fp8 cache does (rather than
+    # attending to the step's unrounded ones), gives the same logits.
     fp8 = LLM(str(tiny_llama), max_model_len=256, block_size=8, **FP8)
     rounded = LLM(str(tiny_llama), max_model_len=256, block_size=8)
-    store = rounded.runner.ops.store_kv
+    store, attend = rounded.runner.ops.store_kv, rounded.runner.ops.paged_attention
 
     def store_rounded(key, value, k_cache, v_cache, slots, **scales):
         store(quantize(key, 1.0).float(), quantize(value, 1.0).float(), k_cache, v_cache, slots)
 
+    def attend_to_the_stored(*args, key=None, value=None, **kwargs):
+        return attend(*args, **kwargs)
+
     for layer in rounded.runner.model.attention_layers():
-        layer.ops = replace(layer.ops, store_kv=store_rounded)
+        layer.ops = replace(layer.ops, store_kv=store_rounded, paged_attention=attend_to_the_stored)
     for ids in prompts(4, 40, seed=0):
         torch.testing.assert_close(last_logits(fp8, ids), last_logits(rounded, ids), atol=1e-4, rtol=1e-4)
 

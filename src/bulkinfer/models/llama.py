@@ -85,7 +85,7 @@ class Attention(nn.Module):
                                        attn.seq_lens, attn.block_tables, self.scale,
                                        max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len,
                                        min_query_len=attn.min_query_len, sliding_window=self.sliding_window,
-                                       sinks=self.sinks, **scales)
+                                       sinks=self.sinks, key=k, value=v, **scales)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 

@@ -82,7 +82,7 @@ def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
         q, cache.k_cache, cache.v_cache, attn.query_start_loc, attn.seq_lens, attn.block_tables,
         scaling if scaling is not None else q.shape[-1] ** -0.5, max_query_len=attn.max_query_len,
         max_seq_len=attn.max_seq_len, min_query_len=attn.min_query_len, sliding_window=sliding_window or 0,
-        softcap=softcap or 0.0, sinks=None if s_aux is None else s_aux.float(), **scales)
+        softcap=softcap or 0.0, sinks=None if s_aux is None else s_aux.float(), key=k, value=v, **scales)
     return out[None], None
 
 
