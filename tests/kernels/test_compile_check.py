@@ -28,7 +28,7 @@ from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supporte
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
            "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
            "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel", "_lora_shrink_kernel",
-           "_lora_expand_kernel"}
+           "_lora_expand_kernel", "_mla_decode_kernel"}
 
 
 COMPILED_ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
