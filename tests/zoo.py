@@ -12,6 +12,8 @@ from typing import Any
 
 from transformers import (
     Cohere2Config,
+    DeepseekV2Config,
+    DeepseekV3Config,
     Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
@@ -40,6 +42,15 @@ def partial_rope(fraction: float) -> dict[str, Any]:
     """Rotary embedding on only this fraction of each head."""
     return dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": fraction})
 
+
+# Multi-head latent attention: keys (nope 16 + rope 8) wider than values (12), one head per query head; a dense first
+# layer, then routed experts in groups beside a shared expert.
+MLA = dict(num_key_value_heads=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
+           n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+           first_k_dense_replace=1, n_group=4, topk_group=2)
+# DeepSeek-V3's YaRN scaling, whose mscale also scales the softmax.
+YARN = dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "original_max_position_embeddings": 64})
 
 # LayerNorm families name the epsilon differently from SIZES' rms_norm_eps.
 LAYER_NORM = dict(rms_norm_eps=None, layer_norm_eps=1e-6)
@@ -91,6 +102,11 @@ ZOO: dict[str, tuple[type, dict[str, Any]]] = {
     "exaone4": (Exaone4Config, dict(seed=33, sliding_window=WINDOW, layer_types=ALTERNATING)),
     # q/k/v biases without an output bias.
     "seed_oss": (SeedOssConfig, dict(seed=34, head_dim=16, attention_dropout=0.0, residual_dropout=0.0)),
+    # DeepSeek-V2: queries straight from q_proj (no q_lora_rank), group-limited greedy routing over softmax scores.
+    "deepseek_v2": (DeepseekV2Config, dict(seed=37, q_lora_rank=None, topk_method="group_limited_greedy", **MLA)),
+    # DeepSeek-V3: queries through the low-rank q_a/q_b pair, sigmoid routing with the score correction bias.
+    "deepseek_v3": (DeepseekV3Config, dict(seed=38, q_lora_rank=24, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                           **MLA, **YARN)),
 }
 
 # Architectures the engine must refuse before loading weights, and the words its one-line reason contains.

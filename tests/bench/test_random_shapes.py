@@ -1,6 +1,11 @@
-"""The random bench shapes: random:moe-small has the active parameters of random:50m."""
+"""The random bench shapes: random:moe-small has the active parameters of random:50m, random:mla-small about
+those of random:moe-small."""
 
 from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from bulkinfer.bench.peak import matmul_params
 from bulkinfer.bench.random_model import SHAPES, hf_config
@@ -21,3 +26,20 @@ def test_moe_small_is_qwen3_moe_with_the_active_parameters_of_50m():
     # A decode step of a large batch reads every expert: four times the MLP weights.
     mlp = 3 * dense.hidden_size * dense.intermediate_size * dense.num_layers
     assert matmul_params(moe, active=False) == matmul_params(dense) + routers + 3 * mlp
+
+
+def _active_parameters(shape: str) -> int:
+    """Parameters a token runs through: all of them but the experts it was not routed to (a meta model)."""
+    config = hf_config(SHAPES[shape])
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    experts = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
+    idle = 1 - SHAPES[shape].num_experts_per_tok / SHAPES[shape].num_experts
+    return sum(p.numel() for p in model.parameters()) - int(experts * idle)
+
+
+def test_mla_small_is_deepseek_v2_with_about_the_active_parameters_of_moe_small():
+    config = hf_config(SHAPES["mla-small"]).to_dict()
+    assert config["architectures"] == ["DeepseekV2ForCausalLM"] and config["kv_lora_rank"] == 128
+    assert config["qk_nope_head_dim"] + config["qk_rope_head_dim"] != config["v_head_dim"]  # latent attention
+    assert _active_parameters("mla-small") == pytest.approx(_active_parameters("moe-small"), rel=0.02)

@@ -7,6 +7,7 @@ import shutil
 
 from safetensors.torch import load_file
 
+from bulkinfer import LLM
 from cli_helpers import REPO, invoke, one_line_error
 from quantized_checkpoints import gptq_config, gptq_quantizer, write_by_layout
 
@@ -31,3 +32,13 @@ def test_a_refused_model_is_one_line(capsys, tiny_llama, tmp_path):
     (path / "config.json").write_text(json.dumps(config | {"quantization_config": {"quant_method": "hqq"}}))
     result = invoke(capsys, "inspect", DATA / "overnight.parquet", "--prompt-column", "text", "--model", path)
     assert "quantization method 'hqq' is not supported" in one_line_error(*result[::2])
+
+
+def test_multi_head_latent_attention_shows_the_bytes_its_cache_holds(capsys, checkpoint_factory):
+    """DeepSeek-V2 through transformers: keys of 24 (16 + 8 rotary) and values of 12, both held at 24."""
+    path = checkpoint_factory("deepseek_v2")
+    code, out, err = invoke(capsys, "inspect", DATA / "overnight.parquet", "--prompt-column", "text", "--model", path)
+    assert code == 0, err
+    # 2 layers x 4 heads x 24 dims, keys and values, float32
+    assert "float32, 1,536 bytes per token" in out
+    assert LLM(str(path), num_kv_blocks=8).runner.kv_bytes_per_token == 1536  # what the engine's pool takes

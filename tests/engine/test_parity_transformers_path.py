@@ -20,8 +20,9 @@ from zoo import REFUSED, ZOO
 PATH = dict(model_impl="transformers", dtype="float32", device="cpu")
 # Every zoo architecture that can run, and a mixture of experts through the same path.
 ARCHS = [arch for arch in ZOO if arch not in REFUSED] + ["mixtral"]
-# Checked in the quick suite with chunks, cache and preemption; the slow suite checks every architecture.
-QUICK_STRESS = ["gemma3_text"]
+# Checked in the quick suite with chunks, cache and preemption (multi-head latent attention among them: its values
+# are narrower than its keys); the slow suite checks every architecture.
+QUICK_STRESS = ["gemma3_text", "deepseek_v2", "deepseek_v3"]
 MAX_TOKENS = 12
 
 

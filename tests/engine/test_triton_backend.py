@@ -44,7 +44,15 @@ def test_mixture_of_experts_through_the_fused_moe_kernel_gives_the_torch_paths_t
 def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_factory, kv_cache_dtype):
     """Gemma 2 through transformers' code on the Triton kernels: 8-token windows on alternate layers and
     attention soft-capping, over 30-token prompts taken in chunks; tokens and logprobs as the torch path's."""
-    path = checkpoint_factory("gemma2")
+    check_transformers_path_against_torch(checkpoint_factory("gemma2"), kv_cache_dtype)
+
+
+def test_values_narrower_than_keys_through_the_transformers_path(checkpoint_factory):
+    """DeepSeek-V2's latent attention (keys of 24, values of 12) on the Triton kernels, as on the torch path."""
+    check_transformers_path_against_torch(checkpoint_factory("deepseek_v2"), "auto")
+
+
+def check_transformers_path_against_torch(path, kv_cache_dtype: str) -> None:
     prompts = [list(range(10, 40)), list(range(50, 61))]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
     settings = dict(model_impl="transformers", max_model_len=64, block_size=8, max_num_batched_tokens=16,

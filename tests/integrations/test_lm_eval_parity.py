@@ -1,6 +1,6 @@
 """The bulkinfer backend against lm_eval's own hf backend on the same models and local tasks:
 accuracy equal, log-likelihoods within 1e-3, greedy generations identical. The models: the native
-llama, and two architectures that run through the transformers path."""
+llama, and architectures that run through the transformers path."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ from harness_tasks import GREEDY_CONTEXTS, TASKS, write_tasks  # noqa: E402
 
 MAX_LENGTH = 64  # small, so long texts need several rolling windows and long prompts get cut
 # Checkpoint arch -> bulkinfer model_impl. Gemma 3 brings sliding windows and a final soft-cap; Granite
-# scales its logits, so a log-likelihood taken before the scaling would show.
-MODELS = {"llama": "native", "gemma3_text": "transformers", "granite": "transformers"}
+# scales its logits, so a log-likelihood taken before the scaling would show; DeepSeek-V2 has values narrower
+# than its keys.
+MODELS = {"llama": "native", "gemma3_text": "transformers", "granite": "transformers", "deepseek_v2": "transformers"}
 
 
-@pytest.fixture(scope="module", params=["llama", "granite", pytest.param("gemma3_text", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["llama", "granite", pytest.param("gemma3_text", marks=pytest.mark.slow),
+                                        pytest.param("deepseek_v2", marks=pytest.mark.slow)])
 def model(request, checkpoint_factory) -> tuple[Path, str]:
     return checkpoint_factory(request.param), MODELS[request.param]
 

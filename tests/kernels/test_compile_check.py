@@ -29,7 +29,7 @@ KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_k
            "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
            "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel", "_lora_shrink_kernel",
            "_lora_expand_kernel", "_conv_tokens_kernel", "_conv_state_kernel", "_gated_delta_kernel",
-           "_mamba_scan_kernel"}
+           "_mamba_scan_kernel", "_mla_decode_kernel"}
 
 
 COMPILED_ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -85,10 +85,12 @@ def test_run_status_export(capsys, tmp_path: Path, tiny_llama: Path, data: Path)
     assert code == 1  # the job is complete; its error row now fails the run
 
 
-def test_a_mixture_of_experts_model_runs_a_job_like_any_model(capsys, tmp_path: Path, checkpoint_factory) -> None:
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3"])  # DeepSeek-V3's latent attention: transformers' code
+def test_a_mixture_of_experts_model_runs_a_job_like_any_model(capsys, tmp_path: Path, checkpoint_factory,
+                                                              arch: str) -> None:
     from bulkinfer import LLM, SamplingParams
 
-    model = checkpoint_factory("qwen3_moe")
+    model = checkpoint_factory(arch)
     data = write_jsonl(tmp_path / "in.jsonl", prompts(3))
     code, _, err = _main(capsys, "run", "--model", str(model), "--input", str(data), "--output", str(tmp_path / "out"),
                          "--max-tokens", "4", "--temperature", "0")

@@ -49,6 +49,7 @@ from bulkinfer.kernels.int_weight_gemm import int_weight_gemm_launch
 from bulkinfer.kernels.lora import lora_expand_launch, lora_shrink_launch, token_groups
 from bulkinfer.kernels.mamba_ssd import mamba_scan_launch
 from bulkinfer.kernels.matmul import matmul_launch
+from bulkinfer.kernels.mla_decode import mla_decode_launches
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
 from bulkinfer.kernels.rms_norm import rms_norm_launch
 from bulkinfer.kernels.rotary import rotary_launch
@@ -156,6 +157,25 @@ def attention_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
             launches += attention_launches(q, cache, cache, torch.empty_like(q), *meta, shape.head_dim ** -0.5,
                                            target, sliding_window=sliding_window, softcap=softcap,
                                            num_splits=num_splits, batch_invariant=invariant, sinks=sinks)
+    return launches
+
+
+# (latent, rotary key): DeepSeek-V2, V3 and Kimi K2's multi-head latent attention; the head count is a runtime
+# argument, 128 heads per rank the largest.
+MLA_SHAPES = ((512, 64),)
+
+
+def mla_decode_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """Absorbed MLA decode, unsplit over a batch and split (with the merge) for a lone long sequence; the
+    attention shape lends its dtype and block size."""
+    launches = []
+    for latent_dim, rope_dim in MLA_SHAPES:
+        cache = torch.zeros(4, shape.block_size, 1, latent_dim + rope_dim, dtype=shape.dtype)
+        for num_seqs, num_splits in ((3, 1), (1, 16)):
+            query = torch.zeros(num_seqs, 128, latent_dim + rope_dim, dtype=shape.dtype)
+            meta = (torch.zeros(num_seqs, dtype=torch.int32), torch.zeros(num_seqs, 5, dtype=torch.int32))
+            launches += mla_decode_launches(query, cache, query[..., :latent_dim], *meta, 0.1, latent_dim, target,
+                                            num_splits=num_splits)
     return launches
 
 
@@ -403,6 +423,7 @@ class KernelCheck:
 
 CHECKS: tuple[KernelCheck, ...] = (
     KernelCheck("paged_attention", attention_cases),
+    KernelCheck("mla_decode", mla_decode_cases),
     KernelCheck("store_kv", store_kv_cases),
     KernelCheck("rotary", rotary_cases),
     KernelCheck("rms_norm", rms_norm_cases),

@@ -1,5 +1,5 @@
-"""Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped, or
-Qwen3-MoE-shaped for the mixture-of-experts shapes; and any checkpoint wrapped as a sentence-transformers
+"""Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped,
+Qwen3-MoE-shaped for the mixture-of-experts shapes, DeepSeek-V2-shaped for multi-head latent attention; and any checkpoint wrapped as a sentence-transformers
 embedding model, so that bulkinfer and sentence-transformers can embed with the same one."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ class ModelShape:
     num_experts: int = 0  # 0: dense
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
+    kv_lora_rank: int = 0  # multi-head latent attention's latent width; 0: ordinary attention
+    qk_rope_head_dim: int = 0  # with a latent: each head's rotary key part, beside head_dim's no-rotary part
 
 
 SHAPES = {
@@ -32,6 +34,12 @@ SHAPES = {
     # 50m with each MLP split into 8 experts of half its width, 2 per token: the same active parameters.
     "moe-small": ModelShape(512, 8, 8, 4, 1408, 32000, num_experts=8, num_experts_per_tok=2,
                             moe_intermediate_size=704),
+    # moe-small as DeepSeek-V2 builds it: multi-head latent attention (heads of 64 no-rotary + 32 rotary key dims
+    # and 64 value dims over a 128-wide latent, about moe-small's attention parameters), and of its two active
+    # experts one routed, one shared. Its latent and rotary key are 160 values per token per layer, against
+    # moe-small's 512 keys and values.
+    "mla-small": ModelShape(512, 8, 8, 8, 1408, 32000, num_experts=8, num_experts_per_tok=1,
+                            moe_intermediate_size=704, kv_lora_rank=128, qk_rope_head_dim=32),
 }
 
 
@@ -81,17 +89,33 @@ def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_m
 
 
 def hf_config(shape: ModelShape, dtype: str = "float32"):
-    """A LlamaConfig, or with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights)."""
-    from transformers import LlamaConfig, Qwen3MoeConfig
+    """A LlamaConfig; with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights); with a latent a
+    DeepseekV2Config (greedy top-k over softmax scores, renormalized, one shared expert)."""
+    from transformers import DeepseekV2Config, LlamaConfig, Qwen3MoeConfig
 
     common = dict(max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                   pad_token_id=0, dtype=dtype)
+    head_dim = shape.hidden_size // shape.num_attention_heads
+    if shape.kv_lora_rank:
+        return DeepseekV2Config(**_dense(shape), **common, architectures=["DeepseekV2ForCausalLM"],
+                                n_routed_experts=shape.num_experts, num_experts_per_tok=shape.num_experts_per_tok,
+                                moe_intermediate_size=shape.moe_intermediate_size, n_shared_experts=1,
+                                first_k_dense_replace=0, topk_method="greedy", norm_topk_prob=True, q_lora_rank=None,
+                                kv_lora_rank=shape.kv_lora_rank, qk_nope_head_dim=head_dim,
+                                qk_rope_head_dim=shape.qk_rope_head_dim, v_head_dim=head_dim)
     if shape.num_experts:
-        return Qwen3MoeConfig(**asdict(shape), **common, norm_topk_prob=True, architectures=["Qwen3MoeForCausalLM"],
-                              head_dim=shape.hidden_size // shape.num_attention_heads)
-    dense = {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
-                                                                   "moe_intermediate_size")}
-    return LlamaConfig(**dense, **common, architectures=["LlamaForCausalLM"])
+        return Qwen3MoeConfig(**_dense(shape), **common, num_experts=shape.num_experts,
+                              num_experts_per_tok=shape.num_experts_per_tok,
+                              moe_intermediate_size=shape.moe_intermediate_size, norm_topk_prob=True,
+                              architectures=["Qwen3MoeForCausalLM"], head_dim=head_dim)
+    return LlamaConfig(**_dense(shape), **common, architectures=["LlamaForCausalLM"])
+
+
+def _dense(shape: ModelShape) -> dict:
+    """The shape's sizes that every config class takes under the same names."""
+    return {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
+                                                                 "moe_intermediate_size", "kv_lora_rank",
+                                                                 "qk_rope_head_dim")}
 
 
 def _word_tokenizer(vocab_size: int):

@@ -4,6 +4,11 @@ A step's batch reaches the model as one row of every sequence's new tokens, ``[1
 token's position and no attention mask: which keys a token sees is the paged cache's business, read
 from the step's metadata. That metadata travels in a context variable rather than as a keyword
 argument, because not every model passes its keyword arguments down to attention.
+
+Keys and values may differ in head size (multi-head latent attention: DeepSeek's 192-wide keys, 128-wide
+values). The kernels take one head size, so both are zero-padded to the larger and the pad is dropped from
+the output: a zero column adds nothing to a score or to an output column, so the result is exact, and the
+cost is the pad's cache bytes (a fifth more than the two widths need, at DeepSeek's sizes).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
@@ -70,8 +76,10 @@ def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
     if step is None:
         raise RuntimeError("bulkinfer's paged attention runs inside a bulkinfer engine step only")
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, dim], views
+    value_dim, scaling = v.shape[-1], scaling if scaling is not None else q.shape[-1] ** -0.5
+    q, k, v = one_head_size(q, k, v)
     if step.probing:
-        check_supported(module, k, v, kwargs)
+        check_supported(module, kwargs)
         step.layers_seen.append(module.layer_idx)
         step.caches.setdefault(module.layer_idx, probe_cache(k))
     cache = step.caches[module.layer_idx]
@@ -80,18 +88,21 @@ def paged_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
     step.ops.store_kv(k, v, cache.k_cache, cache.v_cache, attn.slot_mapping, **scales)
     out = step.ops.paged_attention(
         q, cache.k_cache, cache.v_cache, attn.query_start_loc, attn.seq_lens, attn.block_tables,
-        scaling if scaling is not None else q.shape[-1] ** -0.5, max_query_len=attn.max_query_len,
+        scaling, max_query_len=attn.max_query_len,
         max_seq_len=attn.max_seq_len, min_query_len=attn.min_query_len, sliding_window=sliding_window or 0,
         softcap=softcap or 0.0, sinks=None if s_aux is None else s_aux.float(), key=k, value=v, **scales)
-    return out[None], None
+    return out[None, ..., :value_dim], None
 
 
-def check_supported(module: nn.Module, key: torch.Tensor, value: torch.Tensor, kwargs: dict) -> None:
+def one_head_size(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k and v ([T, heads, dim]) zero-padded to the larger of the key and value head sizes."""
+    size = max(k.shape[-1], v.shape[-1])
+    return tuple(t if t.shape[-1] == size else F.pad(t, (0, size - t.shape[-1])) for t in (q, k, v))
+
+
+def check_supported(module: nn.Module, kwargs: dict) -> None:
     if getattr(module, "layer_idx", None) is None:
         raise UnsupportedAttentionError(f"its attention module {type(module).__name__} has no layer_idx")
-    if key.shape != value.shape:
-        raise UnsupportedAttentionError(f"keys {tuple(key.shape[1:])} and values {tuple(value.shape[1:])} differ "
-                                        "in size (e.g. multi-head latent attention)")
     if not getattr(module, "is_causal", True):
         raise UnsupportedAttentionError("its attention is bidirectional, not causal")
 

@@ -50,6 +50,14 @@ def _largest(config, name: str) -> int | None:
     return max((getattr(layers[i], name, None) or 0 for i in range(config.num_hidden_layers)), default=0) or None
 
 
+def _cache_head_size(config) -> int:
+    """The head size of the paged cache's keys and values. Multi-head latent attention's keys (``qk_head_dim``,
+    rotary and not) and values (``v_head_dim``) differ, and the cache holds both at the larger (attention.py);
+    its ``head_dim`` is then the rotary part alone."""
+    head_dim = _largest(config, "head_dim") or config.hidden_size // config.num_attention_heads
+    return max(getattr(config, "qk_head_dim", None) or head_dim, getattr(config, "v_head_dim", None) or 0)
+
+
 def _model_config(architecture: str, config, hf: dict) -> ModelConfig:
     """The sizes the engine plans memory with; the model's own code reads everything else."""
     heads, hidden = config.num_attention_heads, config.hidden_size
@@ -62,7 +70,7 @@ def _model_config(architecture: str, config, hf: dict) -> ModelConfig:
         num_layers=config.num_hidden_layers,
         num_heads=heads,
         num_kv_heads=_largest(config, "num_key_value_heads") or heads,
-        head_dim=_largest(config, "head_dim") or hidden // heads,
+        head_dim=_cache_head_size(config),
         rms_norm_eps=getattr(config, "rms_norm_eps", None) or 1e-6,
         rope_theta=rope.get("rope_theta", 10000.0) if isinstance(rope, dict) else 10000.0,
         rope_scaling=None,
