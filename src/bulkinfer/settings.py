@@ -126,9 +126,12 @@ def expand_paths(settings: list[Setting], values: dict[str, Any]) -> dict[str, A
 
 
 def expand_home(value: Any) -> Any:
-    """A path (str or Path), or a list of them, with a leading ~ made the user's home; anything else as is."""
+    """A path (str or Path), or a list of them, or a dict whose values are paths (lora's NAME -> PATH), with a
+    leading ~ made the user's home; anything else as is."""
     if isinstance(value, list):
         return [expand_home(item) for item in value]
+    if isinstance(value, dict):
+        return {key: expand_home(item) for key, item in value.items()}
     if isinstance(value, PurePath):
         return value.expanduser()
     # Only a leading ~: inline JSON text (json_schema takes a file or the schema) never starts with one.

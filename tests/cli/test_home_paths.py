@@ -33,18 +33,23 @@ def test_every_path_setting_expands_from_flags_and_job_files(home: Path, tmp_pat
     paths = [s for s in settings if s.is_path]
     assert paths, "each command has path settings"
     for setting in paths:
-        flag = Path("~/x") if setting.item_type is Path else "~/x"  # as typer hands it over
-        given = given_options({setting.name: [flag] if setting.is_list else flag}, settings)[setting.name]
-        expanded = [str(home / "x")] if setting.is_list else str(home / "x")
-        assert (list(map(str, given)) if setting.is_list else str(given)) == expanded
+        if setting.kinds == (dict[str, str],):  # NAME=PATH pairs (lora): the paths are the values
+            flag, toml, expanded = ["a=~/x"], '{a = "~/x"}', {"a": str(home / "x")}
+        else:
+            flag = Path("~/x") if setting.item_type is Path else "~/x"  # as typer hands it over
+            flag, toml = [flag] if setting.is_list else flag, '"~/x"'
+            expanded = [str(home / "x")] if setting.is_list else str(home / "x")
+        given = given_options({setting.name: flag}, settings)[setting.name]
+        assert (list(map(str, given)) if setting.is_list else given if isinstance(given, dict) else str(given)) \
+            == expanded
         job = tmp_path / "job.toml"
-        job.write_text(f'{setting.name} = "~/x"\n')
+        job.write_text(f'{setting.name} = {toml}\n')
         if setting.name in {s.name for s in run_settings()}:
             assert read_job_file(job, run_settings())[setting.name] == expanded
 
 
 def test_the_path_settings_of_run(home: Path) -> None:
-    paths = {"model", "tokenizer", "input", "output", "json_schema", "chat_template", "tools"}
+    paths = {"model", "tokenizer", "input", "output", "json_schema", "chat_template", "tools", "lora"}
     assert {s.name for s in run_settings() if s.is_path} == paths
 
 

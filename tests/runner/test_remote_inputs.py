@@ -117,7 +117,9 @@ def test_reading_a_large_object_holds_a_few_blocks_not_the_object(s3_server, tmp
                           env={**os.environ, **s3_server.env}, timeout=300)
     rows, growth = map(int, done.stdout.split())
     assert rows == 48_000
-    assert growth < 16 << 20, f"peak memory grew {growth:,} bytes reading a {data.stat().st_size:,}-byte object"
+    # Half the object: a few 4 MiB blocks and the reader's buffers (21 MB seen on a loaded machine); a full
+    # download grows by about twice the object.
+    assert growth < 24 << 20, f"peak memory grew {growth:,} bytes reading a {data.stat().st_size:,}-byte object"
 
 
 def test_a_missing_bucket_is_a_usage_error(s3_server) -> None:
