@@ -1,5 +1,5 @@
-"""Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped, or
-Qwen3-MoE-shaped for the mixture-of-experts shapes; and any checkpoint wrapped as a sentence-transformers
+"""Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped,
+Qwen3-MoE-shaped for the mixture-of-experts shapes, or Qwen3.5-shaped (gated delta-net layers) for the hybrid; and any checkpoint wrapped as a sentence-transformers
 embedding model, so that bulkinfer and sentence-transformers can embed with the same one."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class ModelShape:
     num_experts: int = 0  # 0: dense
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
+    hybrid: bool = False  # three gated delta-net layers of every four, the fourth full attention
 
 
 SHAPES = {
@@ -32,6 +33,8 @@ SHAPES = {
     # 50m with each MLP split into 8 experts of half its width, 2 per token: the same active parameters.
     "moe-small": ModelShape(512, 8, 8, 4, 1408, 32000, num_experts=8, num_experts_per_tok=2,
                             moe_intermediate_size=704),
+    # 50m with three layers of every four gated delta-net (linear attention): a fixed state per sequence.
+    "hybrid-50m": ModelShape(512, 8, 8, 4, 1408, 32000, hybrid=True),
 }
 
 
@@ -81,8 +84,9 @@ def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_m
 
 
 def hf_config(shape: ModelShape, dtype: str = "float32"):
-    """A LlamaConfig, or with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights)."""
-    from transformers import LlamaConfig, Qwen3MoeConfig
+    """A LlamaConfig, with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights), or for a hybrid a
+    Qwen3_5TextConfig whose delta-net layers have half as many key heads as value heads, each head_dim wide."""
+    from transformers import LlamaConfig, Qwen3_5TextConfig, Qwen3MoeConfig
 
     common = dict(max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                   pad_token_id=0, dtype=dtype)
@@ -90,7 +94,14 @@ def hf_config(shape: ModelShape, dtype: str = "float32"):
         return Qwen3MoeConfig(**asdict(shape), **common, norm_topk_prob=True, architectures=["Qwen3MoeForCausalLM"],
                               head_dim=shape.hidden_size // shape.num_attention_heads)
     dense = {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
-                                                                   "moe_intermediate_size")}
+                                                                   "moe_intermediate_size", "hybrid")}
+    if shape.hybrid:
+        head_dim = shape.hidden_size // shape.num_attention_heads
+        kinds = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(shape.num_hidden_layers)]
+        return Qwen3_5TextConfig(**dense, **common, head_dim=head_dim, layer_types=kinds,
+                                 linear_num_key_heads=shape.num_attention_heads // 2,
+                                 linear_num_value_heads=shape.num_attention_heads, linear_key_head_dim=head_dim,
+                                 linear_value_head_dim=head_dim, architectures=["Qwen3_5ForCausalLM"])
     return LlamaConfig(**dense, **common, architectures=["LlamaForCausalLM"])
 
 
