@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bulkinfer import LLM, SamplingParams
+from bulkinfer.cli.kv_footprint import kv_cache_line
+from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.state_pool import NO_PREFIX_CACHING
 from checkpoints import HYBRID_ARCHS
 from test_invariance import random_prompts, token_ids
@@ -57,3 +59,12 @@ def test_slots_bound_the_running_sequences(checkpoint_factory):
     outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert_greedy_matches(hf_model(path), prompts, outputs)
     assert llm.scheduler.state_slots.num_free == 2
+
+
+def test_inspect_counts_kv_bytes_of_the_attention_layers_only(checkpoint_factory):
+    """`bulkinfer inspect`'s KV line agrees with the engine: one attention layer of four holds a cache."""
+    path = checkpoint_factory("qwen3_5")
+    llm = LLM(str(path), block_size=4, max_model_len=64, max_num_seqs=2)
+    line = kv_cache_line(str(path), EngineConfig())
+    assert line == f"float32, {llm.runner.kv_bytes_per_token:,} bytes per token"
+    assert llm.runner.kv_bytes_per_token == 2 * 1 * 2 * 16 * 4  # keys and values, 1 layer, 2 heads of 16, fp32

@@ -110,6 +110,11 @@ class ModelConfig:
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
+    @property
+    def num_attention_layers(self) -> int:
+        """The layers with a KV cache (a hybrid's delta-net layers keep a fixed state instead)."""
+        return self.num_layers - (len(self.hybrid.linear_layers) if self.hybrid is not None else 0)
+
     def is_linear_attention(self, layer: int) -> bool:
         return self.hybrid is not None and layer in self.hybrid.linear_layers
 
