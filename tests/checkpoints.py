@@ -30,6 +30,9 @@ from transformers import (
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    Qwen3NextConfig,
+    Qwen3_5MoeTextConfig,
+    Qwen3_5TextConfig,
 )
 
 from zoo import ZOO
@@ -109,6 +112,18 @@ ARCHS: dict[str, tuple[type, dict[str, Any]]] = {
                                        rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2,
                                        moe_intermediate_size=32, norm_topk_prob=True)),
 }
+# Hybrids: three gated delta-net layers, then one full-attention layer (gated output, partial rotary), with more
+# value heads than key heads; Qwen3-Next and Qwen3.5-MoE with routed experts and a gated shared expert.
+_HYBRID = dict(num_hidden_layers=4, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+               linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4, tie_word_embeddings=False,
+               eos_list=True, layer_types=["linear_attention"] * 3 + ["full_attention"])
+_HYBRID_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+ARCHS.update({
+    "qwen3_next": (Qwen3NextConfig, dict(seed=40, **_HYBRID, **_HYBRID_MOE, norm_topk_prob=True)),
+    "qwen3_5": (Qwen3_5TextConfig, dict(seed=41, **_HYBRID)),
+    "qwen3_5_moe": (Qwen3_5MoeTextConfig, dict(seed=42, **_HYBRID, **_HYBRID_MOE)),
+})
+HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.

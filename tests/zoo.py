@@ -93,7 +93,8 @@ ZOO: dict[str, tuple[type, dict[str, Any]]] = {
     "smollm3": (SmolLM3Config, dict(seed=31, no_rope_layers=[1, 0])),
     # Qwen3.5 with every layer full attention (gated attention output, q/k norm, partial rotary).
     "qwen3_5_text": (Qwen3_5TextConfig, dict(seed=32, head_dim=16, layer_types=["full_attention"] * 2)),
-    # Qwen3.5 as released: three Gated DeltaNet (linear attention) layers per full one; refused, being recurrent.
+    # Qwen3.5 as released: Gated DeltaNet (linear attention) layers beside full ones; refused on this path, which
+    # has no recurrent state pool (bulkinfer's own code runs it).
     "qwen3_5_hybrid": (Qwen3_5TextConfig, dict(seed=35, head_dim=16,
                                                layer_types=["linear_attention", "full_attention"],
                                                linear_key_head_dim=16, linear_value_head_dim=16,

@@ -33,14 +33,15 @@ def assert_greedy_matches(hf, prompt_ids, outputs):
         assert torch.all(chosen >= logits.max(-1).values - 1e-5), (prompt, tokens)
 
 
-def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int, **options) -> LLM:
-    """Last-position logits within 1e-4, then greedy generations token for token; ``options`` go to LLM."""
+def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int, atol: float = 1e-4,
+                               **options) -> LLM:
+    """Last-position logits within ``atol``, then greedy generations token for token; ``options`` go to LLM."""
     hf, llm = hf_model(path), LLM(str(path), block_size=block_size, max_model_len=256, **options)
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:num_prompts]
     for ids in prompt_ids:
         with torch.no_grad():
             expected = hf(torch.tensor([ids])).logits[0, -1]
-        torch.testing.assert_close(last_logits(llm, ids), expected, atol=1e-4, rtol=0)
+        torch.testing.assert_close(last_logits(llm, ids), expected, atol=atol, rtol=0)
     outputs = llm.generate(prompt_ids, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
                            use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == max_tokens for o in outputs)

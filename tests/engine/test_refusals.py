@@ -15,8 +15,10 @@ from bulkinfer.models.config import UnsupportedModelError
     (dict(architectures=["T5ForConditionalGeneration"], is_encoder_decoder=True), "encoder-decoder"),
     (dict(architectures=["BertForSequenceClassification"]), "no causal LM head"),
     (dict(architectures=["MambaForCausalLM"], model_type="mamba"), "hybrid recurrent"),
-    (dict(architectures=["Qwen3NextForCausalLM"], layer_types=["linear_attention", "full_attention"]),
-     "hybrid recurrent"),
+    (dict(architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid"), "hybrid recurrent"),
+    # Natively supported; the transformers path has no state pool.
+    (dict(architectures=["Qwen3NextForCausalLM"], layer_types=["linear_attention", "full_attention"],
+          model_impl="transformers"), "hybrid recurrent"),
     (dict(architectures=["MyModelForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_my.MyModel"}),
      "remote code"),
     (dict(architectures=["MptForCausalLM"], model_type="mpt"), "attention interface"),

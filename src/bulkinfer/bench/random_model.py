@@ -1,5 +1,6 @@
 """Checkpoints with random weights, for benchmarks that need a model of a given size: Llama-shaped,
-Qwen3-MoE-shaped for the mixture-of-experts shapes, DeepSeek-V2-shaped for multi-head latent attention; and any checkpoint wrapped as a sentence-transformers
+Qwen3-MoE-shaped for the mixture-of-experts shapes, DeepSeek-V2-shaped for multi-head latent attention,
+Qwen3.5-shaped (gated delta-net layers) for the hybrid; and any checkpoint wrapped as a sentence-transformers
 embedding model, so that bulkinfer and sentence-transformers can embed with the same one."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class ModelShape:
     moe_intermediate_size: int = 0
     kv_lora_rank: int = 0  # multi-head latent attention's latent width; 0: ordinary attention
     qk_rope_head_dim: int = 0  # with a latent: each head's rotary key part, beside head_dim's no-rotary part
+    hybrid: bool = False  # three gated delta-net layers of every four, the fourth full attention
 
 
 SHAPES = {
@@ -40,6 +42,8 @@ SHAPES = {
     # moe-small's 512 keys and values.
     "mla-small": ModelShape(512, 8, 8, 8, 1408, 32000, num_experts=8, num_experts_per_tok=1,
                             moe_intermediate_size=704, kv_lora_rank=128, qk_rope_head_dim=32),
+    # 50m with three layers of every four gated delta-net (linear attention): a fixed state per sequence.
+    "hybrid-50m": ModelShape(512, 8, 8, 4, 1408, 32000, hybrid=True),
 }
 
 
@@ -90,8 +94,9 @@ def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_m
 
 def hf_config(shape: ModelShape, dtype: str = "float32"):
     """A LlamaConfig; with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights); with a latent a
-    DeepseekV2Config (greedy top-k over softmax scores, renormalized, one shared expert)."""
-    from transformers import DeepseekV2Config, LlamaConfig, Qwen3MoeConfig
+    DeepseekV2Config (greedy top-k over softmax scores, renormalized, one shared expert); for a hybrid a
+    Qwen3_5TextConfig whose delta-net layers have half as many key heads as value heads, each head_dim wide."""
+    from transformers import DeepseekV2Config, LlamaConfig, Qwen3_5TextConfig, Qwen3MoeConfig
 
     common = dict(max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                   pad_token_id=0, dtype=dtype)
@@ -108,6 +113,12 @@ def hf_config(shape: ModelShape, dtype: str = "float32"):
                               num_experts_per_tok=shape.num_experts_per_tok,
                               moe_intermediate_size=shape.moe_intermediate_size, norm_topk_prob=True,
                               architectures=["Qwen3MoeForCausalLM"], head_dim=head_dim)
+    if shape.hybrid:
+        kinds = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(shape.num_hidden_layers)]
+        return Qwen3_5TextConfig(**_dense(shape), **common, head_dim=head_dim, layer_types=kinds,
+                                 linear_num_key_heads=shape.num_attention_heads // 2,
+                                 linear_num_value_heads=shape.num_attention_heads, linear_key_head_dim=head_dim,
+                                 linear_value_head_dim=head_dim, architectures=["Qwen3_5ForCausalLM"])
     return LlamaConfig(**_dense(shape), **common, architectures=["LlamaForCausalLM"])
 
 
@@ -115,7 +126,7 @@ def _dense(shape: ModelShape) -> dict:
     """The shape's sizes that every config class takes under the same names."""
     return {k: v for k, v in asdict(shape).items() if k not in ("num_experts", "num_experts_per_tok",
                                                                  "moe_intermediate_size", "kv_lora_rank",
-                                                                 "qk_rope_head_dim")}
+                                                                 "qk_rope_head_dim", "hybrid")}
 
 
 def _word_tokenizer(vocab_size: int):

@@ -20,6 +20,6 @@ def kv_cache_line(model: str, options: EngineConfig) -> str:
         resolved = resolve(options, config)
     except ValueError as exc:  # an unsupported model, or options it cannot run with
         raise UsageError(str(exc)) from None
-    shapes = [(config.num_kv_heads, config.head_dim)] * config.num_layers
+    shapes = [(config.num_kv_heads, config.head_dim)] * config.num_attention_layers
     dtype = str(resolved.kv_cache_dtype).removeprefix("torch.")
     return f"{dtype}, {kv_bytes_per_token(shapes, resolved.kv_cache_dtype):,} bytes per token"

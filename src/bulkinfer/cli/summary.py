@@ -43,6 +43,8 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "model_impl": last.engine_stats.model_impl,
         "kv_cache_dtype": last.engine_stats.kv_cache_dtype,
         "kv_bytes_per_token": last.engine_stats.kv_bytes_per_token,
+        "state_bytes_per_seq": last.engine_stats.state_bytes_per_seq,
+        "prefix_caching_off": last.engine_stats.prefix_caching_off,
         "settings": {name: value for name, value in config.settings().items() if name not in SECRET_SETTINGS},
     }
     if hourly_cost is not None:
@@ -80,6 +82,8 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_row("rows", f"{stats['rows_done']:,} of {stats['rows_total']:,} ({stats['rows_this_run']:,} this run)")
     table.add_row("model code", stats["model_impl"])
     table.add_row("KV cache", f"{stats['kv_cache_dtype']}, {stats['kv_bytes_per_token']:,} bytes per token")
+    if stats.get("state_bytes_per_seq"):
+        table.add_row("recurrent state", f"{stats['state_bytes_per_seq']:,} bytes per sequence")
     table.add_row("errors", f"{stats['rows_failed']:,}")
     table.add_row("tokens", f"{stats['prompt_tokens']:,} prompt, {stats['output_tokens']:,} output")
     if stats.get("reasoning_tokens"):
@@ -88,7 +92,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_row("throughput", f"{stats['output_tokens_per_second']:,.1f} output tok/s, "
                                 f"{stats['prompt_tokens_per_second']:,.1f} prompt tok/s")
     table.add_row("preemptions", f"{stats['preemptions']:,}")
-    table.add_row("prefix-cache hits", f"{stats['prefix_cache_hit_rate']:.1%}")
+    table.add_row("prefix-cache hits", stats.get("prefix_caching_off") or f"{stats['prefix_cache_hit_rate']:.1%}")
     if stats.get("cost_per_million_output_tokens") is not None:
         table.add_row("cost", f"{stats['cost']:.4f} ({stats['cost_per_million_output_tokens']:.4f} "
                               f"per million output tokens)")

@@ -39,8 +39,9 @@ def kv_bytes_per_token(kv_shapes: list[tuple[int, int]], dtype: torch.dtype) -> 
 
 
 def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: list[tuple[int, int]],
-                       block_size: int, device: torch.device, tp_size: int = 1) -> int:
-    """kv_shapes: (KV heads, head size) of each layer's cache on this rank."""
+                       block_size: int, device: torch.device, tp_size: int = 1, state_bytes: int = 0) -> int:
+    """kv_shapes: (KV heads, head size) of each layer's cache on this rank; state_bytes: the recurrent state
+    pool of a hybrid model, which is set aside first (every running sequence needs its slot)."""
     bytes_per_block = block_size * kv_bytes_per_token(kv_shapes, config.kv_cache_dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -48,5 +49,6 @@ def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: li
         budget = free - total * (1 - config.options.gpu_memory_utilization) - activation_reserve(model, config, tp_size)
     else:
         budget = config.options.kv_cache_memory_gb * GIB / tp_size  # the ranks share one budget
+    budget -= state_bytes
     useful = config.options.max_num_seqs * -(-config.max_model_len // block_size) + 1
     return max(0, min(int(budget // bytes_per_block), useful))

@@ -34,6 +34,7 @@ from bulkinfer.engine.sampler import Sampler
 from bulkinfer.engine.scheduler import Scheduler
 from bulkinfer.engine.scoring import Loglikelihood
 from bulkinfer.engine.sequence import Sequence
+from bulkinfer.engine.state_pool import prefix_caching_off, state_slots
 from bulkinfer.engine.stats import EngineStats
 from bulkinfer.engine.step_outputs import StepOutputs
 from bulkinfer.engine.tools.calls import ToolCalls
@@ -64,12 +65,13 @@ class LLM:
         self.tokenizer = load_tokenizer(tokenizer_path(path, engine_options.tokenizer))
         self.pooling = PoolingModel.of(engine_options, model_config, path, self.tokenizer)
         self.runner = ModelRunner(self.config, model_config, path)
+        # A cached prefix's blocks hold its keys and values, not the recurrent state after it.
         self.block_manager = BlockManager(self.runner.num_blocks, engine_options.block_size,
-                                          engine_options.enable_prefix_caching)
+                                          engine_options.enable_prefix_caching and self.runner.state_pool is None)
         self.loras = None if self.runner.lora is None else LoRASlots(
             self.runner.lora, engine_options.max_lora_rank, engine_options.max_cpu_loras or engine_options.max_loras)
         self.scheduler = Scheduler(self.block_manager, engine_options.max_num_seqs, self.config.max_num_batched_tokens,
-                                   self.loras)
+                                   self.loras, state_slots(self.runner.state_pool))
         self.detokenizer = Detokenizer(self.tokenizer)
         eos_ids = eos_token_ids(path, hf_config, self.tokenizer)
         self.sampler = Sampler(engine_options.seed, self.config.device, eos_ids)
@@ -82,7 +84,9 @@ class LLM:
         self._generate_ids = itertools.count()
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks, model_impl=model_config.implementation,
                                   kv_cache_dtype=str(self.config.kv_cache_dtype).removeprefix("torch."),
-                                  kv_bytes_per_token=self.runner.kv_bytes_per_token)
+                                  kv_bytes_per_token=self.runner.kv_bytes_per_token,
+                                  state_bytes_per_seq=self.runner.state_bytes_per_seq,
+                                  prefix_caching_off=prefix_caching_off(engine_options, self.runner.state_pool))
         self.step_outputs = StepOutputs(self.scheduler, self.sampler, self.tokenizer, self.detokenizer,
                                         self.stop_checker, self.reasoning, self.tool_calls, self._stats)
         self.requests = self.step_outputs.requests  # the requests in the engine, by id

@@ -25,6 +25,7 @@ from bulkinfer.engine.logprobs import TopLogprobs
 from bulkinfer.engine.pooling.pooler import chunk_reader
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
+from bulkinfer.engine.state_pool import StatePool
 from bulkinfer.engine.step_logits import StepLogits, logit_slices
 from bulkinfer.engine.step_plan import HostStaging, StepPlan, plan_step
 from bulkinfer.engine.tensor_parallel import Leader, Workers, join_process_group, rank_device
@@ -78,10 +79,15 @@ class ModelRunner:
         options = config.options
         self.lora = LoRAStacks(self.model, options.max_loras, options.max_lora_rank) if options.enable_lora else None
         kv_shapes = self.model.kv_shapes()
+        # A hybrid model's recurrent layers get max_num_seqs state slots, taken from the budget before KV blocks.
+        recurrent = self.model.recurrent_layers() if hasattr(self.model, "recurrent_layers") else []
+        self.state_bytes_per_seq = StatePool.bytes_per_sequence(recurrent)
+        self.state_pool = StatePool(recurrent, options.max_num_seqs, self.device) if recurrent else None
         # Every rank holds its share of the heads: a token costs this much over all of them.
         self.kv_bytes_per_token = kv_bytes_per_token(kv_shapes, config.kv_cache_dtype) * self.tp.size
+        state_bytes = self.state_bytes_per_seq * options.max_num_seqs
         blocks = config.options.num_kv_blocks or kv_blocks_that_fit(config, model_config, kv_shapes, self.block_size,
-                                                                    self.device, self.tp.size)
+                                                                    self.device, self.tp.size, state_bytes)
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
@@ -94,9 +100,10 @@ class ModelRunner:
         self.decode_graphs = None
         # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it. A
         # transformers model's Python code is not known to be capturable.
-        # A step's adapter slots are not part of a captured graph's inputs.
+        # A step's adapter slots and recurrent state slots are not part of a captured graph's inputs.
         if (self.device.type == "cuda" and self.ops.name == "triton" and not config.options.enforce_eager
-                and self.tp.size == 1 and model_config.implementation == "native" and self.lora is None):
+                and self.tp.size == 1 and model_config.implementation == "native" and self.lora is None
+                and self.state_pool is None):
             max_blocks = -(-config.max_model_len // self.block_size)
             graphs = DecodeGraphs(self.model, min(config.options.max_num_seqs, 256), max_blocks,
                                   config.max_model_len, self.device, capture=True)

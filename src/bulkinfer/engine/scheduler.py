@@ -5,6 +5,8 @@ prompt is prefilled in chunks across steps (continuous batching with chunked pre
 sequences go first, oldest first; waiting ones join while budget, sequence slots and blocks last.
 When blocks run out, the newest running sequence is preempted: its blocks are freed and it is
 recomputed later, which keeps the oldest always moving, so the engine can neither crash nor stall.
+A hybrid model's sequence also holds a slot of the recurrent state pool while it runs: it joins only with a free
+slot, and preemption frees the slot with the blocks (its state is rebuilt by the recomputation).
 A sequence with a LoRA adapter joins only when its adapter has a slot; otherwise it waits for a running
 sequence to finish and free one (the running ones never wait for slots, so this cannot deadlock).
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from bulkinfer.engine.block_manager import BlockManager
 from bulkinfer.engine.lora.slots import LoRASlots
 from bulkinfer.engine.sequence import Sequence, SequenceStatus
+from bulkinfer.engine.state_pool import StateSlots
 
 
 @dataclass
@@ -34,9 +37,10 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 loras: LoRASlots | None = None):
+                 loras: LoRASlots | None = None, state_slots: StateSlots | None = None):
         self.block_manager = block_manager
         self.loras = loras
+        self.state_slots = state_slots  # None: the model keeps no recurrent state
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
@@ -87,6 +91,8 @@ class Scheduler:
     def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if self.state_slots is not None and self.state_slots.num_free == 0:
+                break
             if self.loras is not None and not self.loras.acquire(seq):
                 break
             num_new = self.block_manager.admit(seq, budget)
@@ -94,6 +100,8 @@ class Scheduler:
                 self._release_adapter(seq)
                 break
             self.waiting.popleft()
+            if self.state_slots is not None:
+                self.state_slots.take(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             batch.add(seq, num_new)
@@ -101,6 +109,8 @@ class Scheduler:
 
     def _free(self, seq: Sequence) -> None:
         self.block_manager.free(seq)
+        if self.state_slots is not None:
+            self.state_slots.release(seq)
         self._release_adapter(seq)
 
     def _release_adapter(self, seq: Sequence) -> None:

@@ -53,6 +53,7 @@ class Sequence:
         self.prefill_only = scored_ids is not None or pooler is not None  # done once the prompt is computed
         self.lora = lora  # its adapter's LoRARequest (engine/lora/), None for the base model
         self.lora_slot = -1  # the adapter's slot while it runs (engine/lora/slots.py)
+        self.state_slot = -1  # a hybrid model's recurrent state slot while it runs (engine/state_pool.py)
         self.bad_word_ids: list[list[int]] = []  # token spellings of params.bad_words, see engine/logit_rules.py
         self.matcher: Any = None  # the grammar's state (an llguidance matcher) when the output is constrained
         # What it writes now; a model without a reasoning parser writes only an answer (engine/reasoning/).

@@ -29,6 +29,8 @@ class EngineStats:
     model_impl: str = "native"  # whose code runs the model: "native" (bulkinfer's) or "transformers"
     kv_cache_dtype: str = ""  # what the KV cache stores: "float32", "bfloat16", "float8_e4m3fn", ...
     kv_bytes_per_token: int = 0  # a token's keys and values over every layer (and every rank)
+    state_bytes_per_seq: int = 0  # a hybrid model's recurrent state of one sequence, over every layer
+    prefix_caching_off: str = ""  # why prefix caching is off although asked for; "" when it runs as asked
 
     def count_output(self, output: RequestOutput) -> None:
         if not isinstance(output, RequestOutput):  # a pooling request's: it writes no tokens

@@ -13,7 +13,7 @@ import torch
 
 from bulkinfer.engine.scheduler import ScheduledBatch
 from bulkinfer.engine.sequence import Sequence
-from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.attention_metadata import AttentionMetadata, RecurrentBatch
 
 
 @dataclass
@@ -35,6 +35,7 @@ class StepPlan:
     block_tables: np.ndarray  # [num_seqs, max_blocks] int32
     logit_rows: np.ndarray  # [num_logits] int64: sampled rows first, then prompt-scoring rows
     lora_slots: np.ndarray | None = None  # [num_tokens] int64, -1 = base model; None: no adapter this step
+    state_slots: np.ndarray | None = None  # [num_seqs] int64: recurrent state slots; None: no recurrent layers
 
     def to(self, device: torch.device, staging: HostStaging | None = None) -> StepInputs:
         """Tensors on ``device``: through ``staging`` in one copy, else each array on its own
@@ -49,9 +50,21 @@ class StepPlan:
         q_lens = np.diff(self.query_start_loc)
         attn = AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables,
                                  max_query_len=int(q_lens.max()), max_seq_len=int(self.seq_lens.max()),
-                                 min_query_len=int(q_lens.min()))
+                                 min_query_len=int(q_lens.min()),
+                                 recurrent=None if self.state_slots is None else self._recurrent_batch(device))
         lora_slots = None if self.lora_slots is None else torch.from_numpy(self.lora_slots).to(device)
         return StepInputs(input_ids, positions, attn, logit_rows, lora_slots)
+
+    def _recurrent_batch(self, device: torch.device) -> RecurrentBatch:
+        starts, q_lens = self.query_start_loc[:-1].astype(np.int64), np.diff(self.query_start_loc)
+        continuing = self.seq_lens > q_lens  # state from earlier steps
+        decode = (q_lens == 1) & continuing
+        prefill = ~decode
+        rows = np.concatenate([np.arange(start, start + n) for start, n in zip(starts[prefill], q_lens[prefill])]
+                              or [np.zeros(0, dtype=np.int64)])
+        arrays = [starts[decode], self.state_slots[decode], rows.astype(np.int64), self.state_slots[prefill],
+                  np.concatenate(([0], np.cumsum(q_lens[prefill]))).astype(np.int32), continuing[prefill]]
+        return RecurrentBatch(*(torch.from_numpy(np.ascontiguousarray(array)).to(device) for array in arrays))
 
 
 @dataclass
@@ -85,6 +98,7 @@ def plan_step(batch: ScheduledBatch, block_size: int) -> tuple[StepPlan, LogitRo
         block_tables=tables,
         logit_rows=np.array(sample_rows + prompt_rows, dtype=np.int64),
         lora_slots=_lora_slots(batch),
+        state_slots=_state_slots(batch),
     )
     return plan, LogitRows([batch.seqs[i] for i in sampled], prompt_slices)
 
@@ -95,6 +109,13 @@ def _lora_slots(batch: ScheduledBatch) -> np.ndarray | None:
     if all(seq.lora_slot < 0 for seq in batch.seqs):
         return None
     return np.repeat(np.array([seq.lora_slot for seq in batch.seqs], dtype=np.int64), batch.num_new_tokens)
+
+
+def _state_slots(batch: ScheduledBatch) -> np.ndarray | None:
+    """Each sequence's recurrent state slot; None when the model keeps no state (no sequence holds a slot)."""
+    if batch.seqs[0].state_slot < 0:
+        return None
+    return np.array([seq.state_slot for seq in batch.seqs], dtype=np.int64)
 
 
 def sampled_rows(batch: ScheduledBatch) -> list[int]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -26,6 +27,10 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_moe"},
     # Sliding and full layers by config.layer_types, a sink per head, biased projections, biased experts.
     "GptOssForCausalLM": {"moe": "gpt_oss", "layer_windows": True, "attention_sinks": True, "o_bias": True},
+    # Hybrids: gated delta-net layers beside gated full attention (Qwen3-Next's projections grouped by key head).
+    "Qwen3NextForCausalLM": {"qk_norm": True, "moe": "qwen3_next", "hybrid": "qwen3_next"},
+    "Qwen3_5ForCausalLM": {"qk_norm": True, "hybrid": "qwen3_5"},
+    "Qwen3_5MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_5_moe", "hybrid": "qwen3_5"},
 }
 # gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
 _DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
@@ -58,9 +63,29 @@ class MoEConfig:
         # Qwen2-MoE and Qwen3-MoE: a layer is sparse every decoder_sparse_step layers, unless listed dense.
         step, dense = hf.get("decoder_sparse_step", 1), set(hf.get("mlp_only_layers") or ())
         sparse = {i for i in layers if i not in dense and num_experts > 0 and (i + 1) % step == 0}
-        shared = hf.get("shared_expert_intermediate_size", 5632) if family == "qwen2_moe" else 0
+        # Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE have a shared expert; Qwen3.5-MoE always renormalizes.
+        shared = hf.get("shared_expert_intermediate_size", 5632 if family == "qwen2_moe" else 0)
         return cls(num_experts, hf["num_experts_per_tok"], hf["moe_intermediate_size"],
-                   hf.get("norm_topk_prob", False), shared, frozenset(sparse))
+                   hf.get("norm_topk_prob", family == "qwen3_5_moe"), shared, frozenset(sparse))
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    """Qwen3-Next and Qwen3.5: gated delta-net (linear attention) layers among full-attention ones, whose
+    attention gates its output and whose RMSNorms scale by 1 + weight."""
+
+    linear_layers: frozenset[int]
+    delta_net: GatedDeltaNetShape
+
+    @classmethod
+    def from_hf(cls, family: str, hf: dict) -> "HybridConfig":
+        kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % hf.get("full_attention_interval", 4) == 0
+                                          else "linear_attention" for i in range(hf["num_hidden_layers"])]
+        shape = GatedDeltaNetShape(hf["hidden_size"], hf["linear_num_key_heads"], hf["linear_num_value_heads"],
+                                   hf["linear_key_head_dim"], hf["linear_value_head_dim"],
+                                   hf["linear_conv_kernel_dim"], hf.get("rms_norm_eps", 1e-6),
+                                   grouped_projections=family == "qwen3_next")
+        return cls(frozenset(i for i, kind in enumerate(kinds) if kind == "linear_attention"), shape)
 
 
 @dataclass(frozen=True)
@@ -91,10 +116,24 @@ class ModelConfig:
     attention_sinks: bool = False  # a learned sink logit per head in every layer (gpt-oss)
     o_bias: bool = False  # the attention output projection has a bias
     mxfp4_experts: bool = False  # experts stored in MXFP4, dequantized at load
+    hybrid: HybridConfig | None = None  # None: every layer is attention
+    partial_rotary_factor: float = 1.0  # the share of each head that rotary embedding turns
 
     def window(self, layer: int) -> int:
         """Layer ``layer``'s sliding window for the attention kernels; 0 for none."""
         return self.layer_windows[layer] if self.layer_windows else 0
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """The layers with a KV cache (a hybrid's delta-net layers keep a fixed state instead)."""
+        return self.num_layers - (len(self.hybrid.linear_layers) if self.hybrid is not None else 0)
+
+    def is_linear_attention(self, layer: int) -> bool:
+        return self.hybrid is not None and layer in self.hybrid.linear_layers
 
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
@@ -138,6 +177,8 @@ class ModelConfig:
             attention_sinks=parts.get("attention_sinks", False),
             o_bias=parts.get("o_bias", False),
             mxfp4_experts=dequantized,
+            hybrid=HybridConfig.from_hf(parts["hybrid"], hf) if "hybrid" in parts else None,
+            partial_rotary_factor=hf.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0),
         )
 
 

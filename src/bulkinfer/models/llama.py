@@ -1,6 +1,7 @@
 """The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm), and
-their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers), and
-gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN, biased clamped-SwiGLU experts).
+their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers),
+gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN, biased clamped-SwiGLU experts),
+and the hybrids Qwen3-Next and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py).
 
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.gated_delta_net import GatedDeltaNet
 from bulkinfer.layers.linear import ColumnParallelLinear, RowParallelLinear
 from bulkinfer.layers.mlp import MLP
 from bulkinfer.layers.moe import EXPERT_COLUMNS, SHARED_COLUMNS, SparseMoeBlock
@@ -36,6 +38,20 @@ def check_splits(config: ModelConfig, tp: TensorParallel) -> None:
                    (config.moe.shared_intermediate_size, SHARED_COLUMNS)]
     for total, what in splits:
         tp.split(total, what)
+    if config.hybrid is not None and tp.size > 1:
+        raise ValueError("hybrid models (recurrent layers) run on one device: set tensor_parallel_size to 1")
+
+
+class OffsetRMSNorm(RMSNorm):
+    """Qwen3-Next's and Qwen3.5's RMSNorm: the checkpoint stores weight - 1, so it scales by 1 + weight."""
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        out, new_residual = self.ops.rms_norm(x, self.weight + 1, self.eps, residual)
+        return out if residual is None else (out, new_residual)
+
+
+def make_norm(config: ModelConfig, size: int, ops: KernelOps) -> RMSNorm:
+    return (OffsetRMSNorm if config.hybrid is not None else RMSNorm)(size, config.rms_norm_eps, ops)
 
 
 class Attention(nn.Module):
@@ -47,9 +63,13 @@ class Attention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim ** -0.5
+        # A hybrid's attention gates its output: each query head's projection is followed by its gate's.
+        self.output_gate = config.hybrid is not None
+        self.q_width = (2 if self.output_gate else 1) * self.q_size
         # This rank's q rows, then its k rows, then its v rows (the loader lays them out so).
-        self.qkv_proj = ColumnParallelLinear(config.hidden_size, (config.num_heads + 2 * config.num_kv_heads)
-                                             * self.head_dim, tp, HEADS, bias=config.qkv_bias)
+        self.qkv_proj = ColumnParallelLinear(config.hidden_size, (config.num_heads * self.q_width // self.q_size
+                                                                  + 2 * config.num_kv_heads) * self.head_dim,
+                                             tp, HEADS, bias=config.qkv_bias)
         self.o_proj = RowParallelLinear(config.num_heads * self.head_dim, config.hidden_size, tp, HEADS,
                                         bias=config.o_bias)
         self.sliding_window = config.window(layer)
@@ -58,8 +78,8 @@ class Attention(nn.Module):
             self.sinks = nn.Parameter(torch.empty(self.num_heads, dtype=torch.float32))
             self.sinks.tp_dim = 0
         if config.qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
-            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, ops)
+            self.q_norm = make_norm(config, self.head_dim, ops)
+            self.k_norm = make_norm(config, self.head_dim, ops)
         self.qk_norm = config.qk_norm
         self.ops = ops
         # Bound by the model runner once the KV pool exists: [num_blocks, block_size, kv_heads, head_dim].
@@ -70,7 +90,10 @@ class Attention(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionMetadata,
                 rope_cache: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self.qkv_proj(x).split([self.q_width, self.kv_size, self.kv_size], dim=-1)
+        gate = None
+        if self.output_gate:
+            q, gate = q.reshape(-1, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
         q = q.reshape(-1, self.num_heads, self.head_dim)
         k = k.reshape(-1, self.num_kv_heads, self.head_dim)
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
@@ -78,7 +101,8 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, self.head_dim)).view_as(q)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view_as(k)
         # q and k stay views of the fused projection: every kernel takes their strides.
-        self.ops.rotary(positions, q, k, rope_cache)
+        rotary = rope_cache.shape[-1]  # partial rotary turns only the first dimensions of each head
+        self.ops.rotary(positions, q[..., :rotary], k[..., :rotary], rope_cache)
         scales = {"k_scale": self.k_scale, "v_scale": self.v_scale}
         self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping, **scales)
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
@@ -86,7 +110,10 @@ class Attention(nn.Module):
                                        max_query_len=attn.max_query_len, max_seq_len=attn.max_seq_len,
                                        min_query_len=attn.min_query_len, sliding_window=self.sliding_window,
                                        sinks=self.sinks, key=k, value=v, **scales)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        out = out.reshape(-1, self.q_size)
+        if gate is not None:
+            out = out * torch.sigmoid(gate.reshape(-1, self.q_size))
+        return self.o_proj(out)
 
 
 def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel) -> nn.Module:
@@ -101,9 +128,14 @@ def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.self_attn = Attention(config, layer, ops, tp)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.input_layernorm = make_norm(config, config.hidden_size, ops)
+        # The token mixer: attention, or a hybrid's gated delta-net (its state in the engine's pool).
+        self.self_attn = self.linear_attn = None
+        if config.is_linear_attention(layer):
+            self.linear_attn = GatedDeltaNet(config.hybrid.delta_net)
+        else:
+            self.self_attn = Attention(config, layer, ops, tp)
+        self.post_attention_layernorm = make_norm(config, config.hidden_size, ops)
         self.mlp = make_mlp(config, layer, ops, tp)
 
     def forward(self, positions, hidden, residual, attn, rope_cache):
@@ -111,7 +143,10 @@ class DecoderLayer(nn.Module):
             hidden, residual = self.input_layernorm(hidden), hidden
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, attn, rope_cache)
+        if self.linear_attn is not None:
+            hidden = self.linear_attn(hidden, attn)
+        else:
+            hidden = self.self_attn(positions, hidden, attn, rope_cache)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -121,7 +156,7 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
         self.layers = nn.ModuleList(DecoderLayer(config, i, ops, tp) for i in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.norm = make_norm(config, config.hidden_size, ops)
 
     def forward(self, input_ids, positions, attn, rope_cache):
         hidden, residual = self.embed_tokens(input_ids), None
@@ -151,7 +186,7 @@ class CausalLM(nn.Module):
 
     def _rope_table(self) -> torch.Tensor:
         config = self.config
-        return cos_sin_cache(config.head_dim, self.max_position, config.rope_theta, config.rope_scaling)
+        return cos_sin_cache(config.rotary_dim, self.max_position, config.rope_theta, config.rope_scaling)
 
     def materialize(self, device: torch.device) -> None:
         """Give a model built on the meta device real, empty parameters on ``device`` for the loader to
@@ -184,7 +219,11 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def attention_layers(self) -> list[Attention]:
-        return [layer.self_attn for layer in self.model.layers]
+        return [layer.self_attn for layer in self.model.layers if layer.self_attn is not None]
+
+    def recurrent_layers(self) -> list[GatedDeltaNet]:
+        """The layers whose per-sequence state lives in the engine's state pool (a hybrid's)."""
+        return [layer.linear_attn for layer in self.model.layers if layer.linear_attn is not None]
 
     def kv_shapes(self) -> list[tuple[int, int]]:
         """(KV heads, head size) of each layer's cache on this rank."""

@@ -28,7 +28,8 @@ def refusal_reason(hf: dict) -> str | None:
     if names and not any(_is_causal_lm(name) for name in names):
         return "no causal LM head"
     if _is_recurrent(hf):
-        return "hybrid recurrent layers (Mamba or linear attention) need state beyond a KV cache"
+        return ("hybrid recurrent layers (Mamba or linear attention) need the recurrent state pool, which only "
+                "bulkinfer's own code has: it runs Qwen3-Next and Qwen3.5 (model_impl auto or native)")
     if hf.get("auto_map"):
         return "remote code (its own modeling files), which bulkinfer does not run"
     return None

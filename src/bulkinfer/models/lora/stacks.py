@@ -17,6 +17,8 @@ from bulkinfer.models.lora.adapter import AdapterError, LoRAAdapter
 
 class LoRAStacks:
     def __init__(self, model: CausalLM, max_loras: int, max_rank: int):
+        if model.config.hybrid is not None:
+            raise ValueError("LoRA adapters on hybrid models (recurrent layers) are not supported")
         self.batch = StepLoRASlots()
         self.max_loras, self.max_rank = max_loras, max_rank
         self.targets: dict[tuple[int, str], LoRATarget] = {}  # (layer, projection) -> its slots
