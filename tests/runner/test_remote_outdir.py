@@ -170,7 +170,7 @@ def test_a_store_that_goes_away_stops_the_job_with_one_line(capsys, s3_server, t
         s3_server.start()
     lines = [line for line in err.splitlines() if line.startswith("bulkinfer: error:")]
     assert process.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err
-    assert "the object store failed" in lines[0]
+    assert "nothing committed is lost" in lines[0]  # unreachable, or failing: either way, rerun when it is back
     process = start(tiny_llama, long_data, out, env=s3_server.env)
     _, err = process.communicate(timeout=600)
     assert process.returncode == 0, err

@@ -106,3 +106,6 @@ def _log_to_stderr() -> None:
     library.propagate = False
     # Said by TorchInductor's first CPU compile on any machine with a CUDA toolkit and no GPU; not our user's concern.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    # An object store that goes away mid-upload leaves s3fs's pending aiohttp writes failed and unread; asyncio
+    # logs each with its traceback. The failure itself reaches the user once, as the run's one error line.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
