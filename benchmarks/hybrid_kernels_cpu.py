@@ -15,10 +15,12 @@ import argparse
 import json
 import platform
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from bulkinfer.bench.run import save_report
 from bulkinfer.kernels import causal_conv1d as conv
 from bulkinfer.kernels import gated_delta_rule as gdr
 from bulkinfer.kernels import mamba_ssd
@@ -104,9 +106,7 @@ def main() -> None:
     report = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "threads": 1,
               "prefill_tokens": PREFILL_TOKENS, "decode_sequences": DECODE_SEQUENCES, "rows": rows}
     if args.output:
-        with open(args.output, "w") as file:
-            json.dump(report, file, indent=1)
-            file.write("\n")
+        save_report(report, Path(args.output))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import torch
 from bulkinfer.kernels.lora import lora_expand, lora_shrink, token_groups
 
 from bulkinfer.bench.random_model import SHAPES
+from bulkinfer.bench.run import save_report
 from bulkinfer.layers.linear import linear
 
 RANK = 16
@@ -262,9 +263,7 @@ def main() -> None:
         report |= {"model": "random:50m projections + LM head, float32", "steps": measure(args.repeats)}
     print(json.dumps(report, indent=1))
     if args.output:
-        with open(args.output, "w") as file:
-            json.dump(report, file, indent=1)
-            file.write("\n")
+        save_report(report, Path(args.output))
 
 
 if __name__ == "__main__":
