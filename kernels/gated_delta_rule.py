@@ -56,14 +56,8 @@ def chunk_gated_delta_rule_ref(q, k, v, g, beta, states, slots, query_start_loc,
                                scale: float) -> torch.Tensor:
     """Per token and per sequence: the ground truth of :func:`chunk_gated_delta_rule`."""
     _check(q, v, states)
-    out = torch.empty_like(v)
-    bounds = query_start_loc.tolist()
-    for seq, (slot, initial) in enumerate(zip(slots.tolist(), has_initial_state.tolist())):
-        span = slice(bounds[seq], bounds[seq + 1])
-        state = _initial(states, slot, initial)
-        out[span] = _recurrent_steps(q[span], k[span], v[span], g[span], beta[span], state, scale).to(v.dtype)
-        states[slot] = state
-    return out
+    return _each_sequence(_recurrent_steps, q, k, v, g, beta, states, slots, query_start_loc, has_initial_state,
+                          scale)
 
 
 def fused_recurrent_gated_delta_rule_update_ref(q, k, v, g, beta, states, slots, scale: float) -> torch.Tensor:
@@ -123,12 +117,18 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     _check(q, v, states)
     if q.device.type == "cuda":
         return gated_delta_rule_triton(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale)
+    return _each_sequence(_chunk_form, q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale)
+
+
+def _each_sequence(form, q, k, v, g, beta, states, slots, query_start_loc, has_initial_state, scale) -> torch.Tensor:
+    """`form` (token by token, or in chunks) over each sequence's tokens from its slot's state (or zeros), the
+    final state written back to the slot."""
     out = torch.empty_like(v)
     bounds = query_start_loc.tolist()
     for seq, (slot, initial) in enumerate(zip(slots.tolist(), has_initial_state.tolist())):
         span = slice(bounds[seq], bounds[seq + 1])
         state = _initial(states, slot, initial)
-        out[span] = _chunk_form(q[span], k[span], v[span], g[span], beta[span], state, scale).to(v.dtype)
+        out[span] = form(q[span], k[span], v[span], g[span], beta[span], state, scale).to(v.dtype)
         states[slot] = state
     return out
 
