@@ -1,5 +1,6 @@
-"""Hybrid models (Qwen3-Next, Qwen3.5 dense and MoE: gated delta-net layers beside gated attention) against
-transformers on tiny checkpoints, in fp32: their recurrent state lives in the engine's state pool."""
+"""Hybrid models (Qwen3-Next, Qwen3.5 dense and MoE: gated delta-net layers beside gated attention; Granite 4.0-H
+with and without experts: Mamba2 layers beside attention) against transformers on tiny checkpoints, in fp32: their
+recurrent state lives in the engine's state pool."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 def test_logits_and_greedy_match_transformers(checkpoint_factory, arch):
     """Last-position logits of prompts of 1 to 100 tokens, then all of them generated together (a batch of
     sequences of different lengths, decoding with one batched state update per layer). transformers runs the
-    delta rule in 64-token chunks, summing in another order than a token-by-token recurrence: 2e-4 in fp32."""
+    delta rule and the Mamba2 scan in chunks, summing in another order than ours: 2e-4 in fp32."""
     check_against_transformers(checkpoint_factory(arch), block_size=8, num_prompts=len(PROMPT_LENGTHS), max_tokens=8,
                                atol=2e-4)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5", "granite_h"])
 def test_greedy_matches_with_chunked_prefill_and_preemption(checkpoint_factory, arch):
     """7-token steps (each prompt's state carried from chunk to chunk) and 16 blocks of 4 tokens for eight
     requests of up to 46 tokens (preemption frees the slot, and the recomputed sequence rebuilds its state)."""

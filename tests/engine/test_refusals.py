@@ -15,8 +15,9 @@ from bulkinfer.models.config import UnsupportedModelError
     (dict(architectures=["T5ForConditionalGeneration"], is_encoder_decoder=True), "encoder-decoder"),
     (dict(architectures=["BertForSequenceClassification"]), "no causal LM head"),
     (dict(architectures=["MambaForCausalLM"], model_type="mamba"), "hybrid recurrent"),
-    (dict(architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid"), "hybrid recurrent"),
     # Natively supported; the transformers path has no state pool.
+    (dict(architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid",
+          layer_types=["mamba", "attention"], model_impl="transformers"), "hybrid recurrent"),
     (dict(architectures=["Qwen3NextForCausalLM"], layer_types=["linear_attention", "full_attention"],
           model_impl="transformers"), "hybrid recurrent"),
     (dict(architectures=["MyModelForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_my.MyModel"}),
@@ -38,3 +39,13 @@ def test_refused_before_weights_load(tiny_llama, tmp_path, changes, reason):
         LLM(str(path), model_impl=model_impl)
     message = str(info.value)
     assert "\n" not in message and changes["architectures"][0] in message and reason in message
+
+
+def test_a_clamped_mamba2_time_step_is_refused(checkpoint_factory, tmp_path):
+    """Granite 4.0-H whose time_step_limit is not (0, inf): bulkinfer's scan does not clamp, so it says so."""
+    path = tmp_path / "model"
+    shutil.copytree(checkpoint_factory("granite_h"), path)
+    config = json.loads((path / "config.json").read_text()) | {"time_step_limit": [0.001, 0.1]}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedModelError, match="GraniteMoeHybridForCausalLM with time_step_limit"):
+        LLM(str(path))

@@ -80,12 +80,13 @@ class FusedExperts(nn.Module):
 
 
 class SparseMoeBlock(nn.Module):
-    """Routed experts, plus Qwen2-MoE's shared expert (every token, scaled by a sigmoid gate) when
-    ``shared_intermediate_size`` is not 0. With ``bias`` the router and the experts have biases (gpt-oss)."""
+    """Routed experts, plus a shared expert (every token) when ``shared_intermediate_size`` is not 0: scaled by
+    a sigmoid gate (Qwen2-MoE's) with ``shared_gate``, else added as it is (Granite's shared MLP). With ``bias``
+    the router and the experts have biases (gpt-oss)."""
 
     def __init__(self, hidden_size: int, num_experts: int, top_k: int, intermediate_size: int, normalize: bool,
                  shared_intermediate_size: int, ops: KernelOps, tp: TensorParallel, bias: bool = False,
-                 clamped_swiglu: tuple[float, float] | None = None):
+                 clamped_swiglu: tuple[float, float] | None = None, shared_gate: bool = True):
         super().__init__()
         self.gate = Linear(hidden_size, num_experts, bias=bias)  # the router
         self.top_k, self.normalize = top_k, normalize
@@ -94,7 +95,7 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate_size:
             self.shared_expert = MLP(hidden_size, shared_intermediate_size, ops, tp, SHARED_COLUMNS)
-            self.shared_expert_gate = Linear(hidden_size, 1, bias=False)
+            self.shared_expert_gate = Linear(hidden_size, 1, bias=False) if shared_gate else None
         self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
@@ -103,7 +104,9 @@ class SparseMoeBlock(nn.Module):
         if self.expert_bias:
             out = out + self.experts.weighted_down_bias(weights, ids).to(out.dtype)
         if self.shared_expert is not None:
-            out = out + _row_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+            shared = self.shared_expert(x)
+            gate = self.shared_expert_gate
+            out = out + (shared if gate is None else _row_sigmoid(gate(x)) * shared)
         return out
 
 

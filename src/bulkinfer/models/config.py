@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
+from bulkinfer.layers.mamba2 import Mamba2Shape
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -31,6 +32,10 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3NextForCausalLM": {"qk_norm": True, "moe": "qwen3_next", "hybrid": "qwen3_next"},
     "Qwen3_5ForCausalLM": {"qk_norm": True, "hybrid": "qwen3_5"},
     "Qwen3_5MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_5_moe", "hybrid": "qwen3_5"},
+    # Mamba2 layers beside plain attention (RoPE or none), routed experts beside an ungated shared MLP (or the
+    # shared MLP alone), Granite's multipliers; its dense MLP is the shared one.
+    "GraniteMoeHybridForCausalLM": {"moe": "granitemoehybrid", "hybrid": "granitemoehybrid",
+                                    "mlp_size": "shared_intermediate_size"},
 }
 # gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
 _DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
@@ -48,6 +53,7 @@ class MoEConfig:
     sparse_layers: frozenset[int]
     bias: bool = False  # gpt-oss: the router and every expert projection have a bias
     clamped_swiglu: tuple[float, float] | None = None  # gpt-oss's activation (limit, alpha); None: SiLU and multiply
+    shared_gate: bool = True  # Qwen2-MoE's sigmoid gate on the shared expert; Granite's shared MLP has none
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
@@ -57,6 +63,9 @@ class MoEConfig:
         num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
         if family == "mixtral":  # every layer sparse, weights always renormalized
             return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers))
+        if family == "granitemoehybrid":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
+            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True,
+                       hf["shared_intermediate_size"], frozenset(layers if num_experts else ()), shared_gate=False)
         if family == "gpt_oss":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
             return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers),
                        bias=True, clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
@@ -71,14 +80,18 @@ class MoEConfig:
 
 @dataclass(frozen=True)
 class HybridConfig:
-    """Qwen3-Next and Qwen3.5: gated delta-net (linear attention) layers among full-attention ones, whose
-    attention gates its output and whose RMSNorms scale by 1 + weight."""
+    """Recurrent token mixers among full-attention layers: Qwen3-Next's and Qwen3.5's gated delta-nets, or
+    Granite 4.0-H's Mamba2 layers. Their state lives in the engine's state pool."""
 
     linear_layers: frozenset[int]
-    delta_net: GatedDeltaNetShape
+    mixer: GatedDeltaNetShape | Mamba2Shape  # every recurrent layer's; its type says which mixer
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "HybridConfig":
+        if family == "granitemoehybrid":  # older configs name the kinds "mamba" and "attention"
+            kinds = hf.get("layer_types") or hf["layers_block_type"]
+            return cls(frozenset(i for i, kind in enumerate(kinds) if kind in ("mamba", "linear_attention")),
+                       _mamba2_shape(hf))
         kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % hf.get("full_attention_interval", 4) == 0
                                           else "linear_attention" for i in range(hf["num_hidden_layers"])]
         shape = GatedDeltaNetShape(hf["hidden_size"], hf["linear_num_key_heads"], hf["linear_num_value_heads"],
@@ -86,6 +99,23 @@ class HybridConfig:
                                    hf["linear_conv_kernel_dim"], hf.get("rms_norm_eps", 1e-6),
                                    grouped_projections=family == "qwen3_next")
         return cls(frozenset(i for i, kind in enumerate(kinds) if kind == "linear_attention"), shape)
+
+
+def _mamba2_shape(hf: dict) -> Mamba2Shape:
+    """Granite 4.0-H's Mamba2 layers, with transformers' defaults for the optional keys."""
+    heads, inner = hf.get("mamba_n_heads", 128), hf.get("mamba_expand", 2) * hf["hidden_size"]
+    head_dim = hf.get("mamba_d_head", "auto")
+    if tuple(_json_float(bound) for bound in hf.get("time_step_limit") or (0, "inf")) != (0, float("inf")):
+        raise UnsupportedModelError(f"GraniteMoeHybridForCausalLM with time_step_limit {hf['time_step_limit']}: "
+                                    "bulkinfer's Mamba2 scan does not clamp its time steps")
+    return Mamba2Shape(hf["hidden_size"], heads, inner // heads if head_dim == "auto" else head_dim,
+                       hf.get("mamba_n_groups", 1), hf.get("mamba_d_state", 256), hf.get("mamba_d_conv", 4),
+                       hf.get("rms_norm_eps", 1e-6), hf.get("mamba_conv_bias", True), hf.get("mamba_proj_bias", False))
+
+
+def _json_float(value) -> float:
+    """A number from config.json, where transformers writes a non-finite float as {"__float__": "Infinity"}."""
+    return float(value["__float__"] if isinstance(value, dict) else value)
 
 
 @dataclass(frozen=True)
@@ -117,7 +147,13 @@ class ModelConfig:
     o_bias: bool = False  # the attention output projection has a bias
     mxfp4_experts: bool = False  # experts stored in MXFP4, dequantized at load
     hybrid: HybridConfig | None = None  # None: every layer is attention
-    partial_rotary_factor: float = 1.0  # the share of each head that rotary embedding turns
+    partial_rotary_factor: float = 1.0  # the share of each head that rotary embedding turns (0: no rotary)
+    # Granite's multipliers: on the embeddings, on each attention (or mixer) and MLP output before its residual
+    # add, the softmax scale (None: head_dim ** -0.5), and the logits' divisor.
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None
+    logits_scaling: float = 1.0
 
     def window(self, layer: int) -> int:
         """Layer ``layer``'s sliding window for the attention kernels; 0 for none."""
@@ -131,6 +167,11 @@ class ModelConfig:
     def num_attention_layers(self) -> int:
         """The layers with a KV cache (a hybrid's delta-net layers keep a fixed state instead)."""
         return self.num_layers - (len(self.hybrid.linear_layers) if self.hybrid is not None else 0)
+
+    @property
+    def qwen_hybrid(self) -> bool:
+        """Qwen3-Next and Qwen3.5 (gated delta-nets): attention gates its output, RMSNorms scale by 1 + weight."""
+        return self.hybrid is not None and isinstance(self.hybrid.mixer, GatedDeltaNetShape)
 
     def is_linear_attention(self, layer: int) -> bool:
         return self.hybrid is not None and layer in self.hybrid.linear_layers
@@ -155,7 +196,7 @@ class ModelConfig:
             architecture=architecture,
             vocab_size=hf["vocab_size"],
             hidden_size=hf["hidden_size"],
-            intermediate_size=hf["intermediate_size"],
+            intermediate_size=hf[parts.get("mlp_size", "intermediate_size")],
             num_layers=hf["num_hidden_layers"],
             num_heads=num_heads,
             num_kv_heads=hf.get("num_key_value_heads") or num_heads,
@@ -178,8 +219,18 @@ class ModelConfig:
             o_bias=parts.get("o_bias", False),
             mxfp4_experts=dequantized,
             hybrid=HybridConfig.from_hf(parts["hybrid"], hf) if "hybrid" in parts else None,
-            partial_rotary_factor=hf.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0),
+            partial_rotary_factor=_partial_rotary_factor(hf, rope),
+            embedding_multiplier=hf.get("embedding_multiplier", 1.0),
+            residual_multiplier=hf.get("residual_multiplier", 1.0),
+            attention_multiplier=hf.get("attention_multiplier"),
+            logits_scaling=hf.get("logits_scaling", 1.0),
         )
+
+
+def _partial_rotary_factor(hf: dict, rope: dict) -> float:
+    if hf.get("position_embedding_type", "rope") != "rope":  # Granite 4.0-H: "nope", no position embedding at all
+        return 0.0
+    return hf.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0)
 
 
 def native_architecture(hf: dict) -> str | None:

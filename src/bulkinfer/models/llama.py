@@ -1,7 +1,9 @@
 """The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm), and
 their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers),
 gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN, biased clamped-SwiGLU experts),
-and the hybrids Qwen3-Next and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py).
+the hybrids Qwen3-Next and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py),
+and Granite 4.0-H (Mamba2 layers beside attention without rotary, layers/mamba2.py; experts beside an ungated shared
+MLP; Granite's multipliers on the embeddings, the residual branches, the softmax and the logits).
 
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
@@ -15,8 +17,9 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
-from bulkinfer.layers.gated_delta_net import GatedDeltaNet
+from bulkinfer.layers.gated_delta_net import GatedDeltaNet, GatedDeltaNetShape
 from bulkinfer.layers.linear import ColumnParallelLinear, RowParallelLinear
+from bulkinfer.layers.mamba2 import Mamba2Mixer
 from bulkinfer.layers.mlp import MLP
 from bulkinfer.layers.moe import EXPERT_COLUMNS, SHARED_COLUMNS, SparseMoeBlock
 from bulkinfer.layers.norm import RMSNorm
@@ -51,7 +54,7 @@ class OffsetRMSNorm(RMSNorm):
 
 
 def make_norm(config: ModelConfig, size: int, ops: KernelOps) -> RMSNorm:
-    return (OffsetRMSNorm if config.hybrid is not None else RMSNorm)(size, config.rms_norm_eps, ops)
+    return (OffsetRMSNorm if config.qwen_hybrid else RMSNorm)(size, config.rms_norm_eps, ops)
 
 
 class Attention(nn.Module):
@@ -62,9 +65,9 @@ class Attention(nn.Module):
         self.num_kv_heads = tp.split(config.num_kv_heads, KV_HEADS)
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.scale = self.head_dim ** -0.5
-        # A hybrid's attention gates its output: each query head's projection is followed by its gate's.
-        self.output_gate = config.hybrid is not None
+        self.scale = config.attention_multiplier or self.head_dim ** -0.5
+        # Qwen's hybrids gate attention's output: each query head's projection is followed by its gate's.
+        self.output_gate = config.qwen_hybrid
         self.q_width = (2 if self.output_gate else 1) * self.q_size
         # This rank's q rows, then its k rows, then its v rows (the loader lays them out so).
         self.qkv_proj = ColumnParallelLinear(config.hidden_size, (config.num_heads * self.q_width // self.q_size
@@ -101,8 +104,9 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, self.head_dim)).view_as(q)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view_as(k)
         # q and k stay views of the fused projection: every kernel takes their strides.
-        rotary = rope_cache.shape[-1]  # partial rotary turns only the first dimensions of each head
-        self.ops.rotary(positions, q[..., :rotary], k[..., :rotary], rope_cache)
+        rotary = rope_cache.shape[-1]  # partial rotary turns only the first dimensions of each head; 0: none
+        if rotary:
+            self.ops.rotary(positions, q[..., :rotary], k[..., :rotary], rope_cache)
         scales = {"k_scale": self.k_scale, "v_scale": self.v_scale}
         self.ops.store_kv(k, v, self.k_cache, self.v_cache, attn.slot_mapping, **scales)
         out = self.ops.paged_attention(q, self.k_cache, self.v_cache, attn.query_start_loc,
@@ -122,21 +126,28 @@ def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel
     if not config.is_sparse(layer):
         return MLP(config.hidden_size, config.intermediate_size, ops, tp, MLP_COLUMNS)
     return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.normalize,
-                          moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu)
+                          moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu, moe.shared_gate)
+
+
+def scaled(x: torch.Tensor, multiplier: float) -> torch.Tensor:
+    """Granite's multipliers; the other families' 1.0 costs no pass over the tensor."""
+    return x if multiplier == 1.0 else x * multiplier
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.input_layernorm = make_norm(config, config.hidden_size, ops)
-        # The token mixer: attention, or a hybrid's gated delta-net (its state in the engine's pool).
+        # The token mixer: attention, or a hybrid's gated delta-net or Mamba2 (its state in the engine's pool).
         self.self_attn = self.linear_attn = None
         if config.is_linear_attention(layer):
-            self.linear_attn = GatedDeltaNet(config.hybrid.delta_net)
+            mixer = config.hybrid.mixer
+            self.linear_attn = (GatedDeltaNet if isinstance(mixer, GatedDeltaNetShape) else Mamba2Mixer)(mixer)
         else:
             self.self_attn = Attention(config, layer, ops, tp)
         self.post_attention_layernorm = make_norm(config, config.hidden_size, ops)
         self.mlp = make_mlp(config, layer, ops, tp)
+        self.residual_multiplier = config.residual_multiplier
 
     def forward(self, positions, hidden, residual, attn, rope_cache):
         if residual is None:
@@ -147,8 +158,8 @@ class DecoderLayer(nn.Module):
             hidden = self.linear_attn(hidden, attn)
         else:
             hidden = self.self_attn(positions, hidden, attn, rope_cache)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+        hidden, residual = self.post_attention_layernorm(scaled(hidden, self.residual_multiplier), residual)
+        return scaled(self.mlp(hidden), self.residual_multiplier), residual
 
 
 class DecoderModel(nn.Module):
@@ -157,9 +168,10 @@ class DecoderModel(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
         self.layers = nn.ModuleList(DecoderLayer(config, i, ops, tp) for i in range(config.num_layers))
         self.norm = make_norm(config, config.hidden_size, ops)
+        self.embedding_multiplier = config.embedding_multiplier
 
     def forward(self, input_ids, positions, attn, rope_cache):
-        hidden, residual = self.embed_tokens(input_ids), None
+        hidden, residual = scaled(self.embed_tokens(input_ids), self.embedding_multiplier), None
         for layer in self.layers:
             hidden, residual = layer(positions, hidden, residual, attn, rope_cache)
         hidden, _ = self.norm(hidden, residual)
@@ -208,7 +220,7 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """[N, hidden] -> [N, vocab] fp32 on rank 0; None on the other ranks."""
         logits = self.lm_head(hidden)
-        return None if logits is None else logits.float()
+        return None if logits is None else scaled(logits.float(), 1 / self.config.logits_scaling)
 
     def classify(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> [N, num_labels] fp32: the classification head's logits (any rank)."""
@@ -221,7 +233,7 @@ class CausalLM(nn.Module):
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn for layer in self.model.layers if layer.self_attn is not None]
 
-    def recurrent_layers(self) -> list[GatedDeltaNet]:
+    def recurrent_layers(self) -> list[GatedDeltaNet | Mamba2Mixer]:
         """The layers whose per-sequence state lives in the engine's state pool (a hybrid's)."""
         return [layer.linear_attn for layer in self.model.layers if layer.linear_attn is not None]
 

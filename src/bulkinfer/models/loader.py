@@ -18,6 +18,7 @@ from bulkinfer.layers.quantize import quantize_layers
 from bulkinfer.layers.quantized_weights import WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.gpt_oss_weights import gpt_oss_tensors
+from bulkinfer.models.granite_weights import granite_tensors
 from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.quantization.config import quantization_from_hf
 from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
@@ -210,7 +211,7 @@ def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice
     """Where one rank's slice of q, k or v sits in its fused parameter of ``rows`` rows: one per output,
     or, for fp8 block scales, one per block of outputs."""
     # A hybrid's attention projects a gate beside each query head: q_proj is twice as wide.
-    q_width = 2 if config.hybrid is not None else 1
+    q_width = 2 if config.qwen_hybrid else 1
     q, kv = q_width * config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
     start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[which]
     block = (q + 2 * kv) // rows
@@ -220,9 +221,12 @@ def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice
 
 
 def _tensors(path: Path, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
-    """The checkpoint's tensors, a quantized layer's as their canonical layout, gpt-oss's experts one by one."""
+    """The checkpoint's tensors, a quantized layer's as their canonical layout, gpt-oss's and Granite's experts
+    one by one."""
     if config.architecture == "GptOssForCausalLM":
         return gpt_oss_tensors(_checkpoint_tensors(path))
+    if config.architecture == "GraniteMoeHybridForCausalLM":
+        return granite_tensors(_checkpoint_tensors(path), config)
     if config.quantization is None:
         return _checkpoint_tensors(path)
     layout = config.quantization.layout
