@@ -41,11 +41,16 @@ def test_refused_before_weights_load(tiny_llama, tmp_path, changes, reason):
     assert "\n" not in message and changes["architectures"][0] in message and reason in message
 
 
-def test_a_clamped_mamba2_time_step_is_refused(checkpoint_factory, tmp_path):
-    """Granite 4.0-H whose time_step_limit is not (0, inf): bulkinfer's scan does not clamp, so it says so."""
+@pytest.mark.parametrize("changes, words", [
+    ({"time_step_limit": [0.001, 0.1]}, "GraniteMoeHybridForCausalLM with time_step_limit"),  # the scan does not clamp
+    ({"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}},
+     "quantized GraniteMoeHybridForCausalLM (fp8)"),
+])
+def test_granite_h_variants_it_cannot_run_are_refused(checkpoint_factory, tmp_path, changes, words):
     path = tmp_path / "model"
     shutil.copytree(checkpoint_factory("granite_h"), path)
-    config = json.loads((path / "config.json").read_text()) | {"time_step_limit": [0.001, 0.1]}
+    config = json.loads((path / "config.json").read_text()) | changes
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UnsupportedModelError, match="GraniteMoeHybridForCausalLM with time_step_limit"):
+    with pytest.raises(UnsupportedModelError) as info:
         LLM(str(path))
+    assert "\n" not in str(info.value) and words in str(info.value)

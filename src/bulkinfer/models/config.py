@@ -39,6 +39,8 @@ SUPPORTED_ARCHITECTURES = {
 }
 # gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
 _DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
+# Architectures whose checkpoint names the loader maps for plain weights only (models/granite_weights.py).
+_PLAIN_WEIGHTS_ONLY = {"GraniteMoeHybridForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,9 @@ class ModelConfig:
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
         dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD
+        if method and architecture in _PLAIN_WEIGHTS_ONLY:
+            raise UnsupportedModelError(f"quantized {architecture} ({method}): bulkinfer runs it from plain weights "
+                                        "only")
         windows = _layer_windows(hf) if parts.get("layer_windows") else ()
         rope = hf.get("rope_parameters") or {}  # transformers >= 5 keeps theta and scaling here
         scaling = hf.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)

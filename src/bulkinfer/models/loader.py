@@ -210,7 +210,7 @@ def _parts(param_name: str, param: torch.Tensor) -> int:
 def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice:
     """Where one rank's slice of q, k or v sits in its fused parameter of ``rows`` rows: one per output,
     or, for fp8 block scales, one per block of outputs."""
-    # A hybrid's attention projects a gate beside each query head: q_proj is twice as wide.
+    # Qwen3-Next's and Qwen3.5's attention projects a gate beside each query head: q_proj is twice as wide.
     q_width = 2 if config.qwen_hybrid else 1
     q, kv = q_width * config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
     start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[which]
