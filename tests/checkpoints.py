@@ -126,7 +126,7 @@ ARCHS.update({
 })
 # Granite 4.0-H: Mamba2 layers (heads sharing B and C in 2 groups) around one attention layer without rotary, as
 # released; top-2 of 4 experts beside an ungated shared MLP; Granite's four multipliers. "granite_h_dense" has the
-# shared MLP alone (Granite-4.0-H-Micro-like) and rotary attention.
+# shared MLP alone (Granite-4.0-H-Micro-like), rotary attention and tied embeddings.
 _GRANITE_H = dict(num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "mamba"], mamba_n_heads=8,
                   mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
                   num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
@@ -135,7 +135,8 @@ _GRANITE_H = dict(num_hidden_layers=4, layer_types=["mamba", "attention", "mamba
 ARCHS.update({
     "granite_h": (GraniteMoeHybridConfig, dict(seed=43, **_GRANITE_H)),
     "granite_h_dense": (GraniteMoeHybridConfig, dict(seed=44, **{**_GRANITE_H, "num_local_experts": 0,
-                                                                   "position_embedding_type": "rope"})),
+                                                                   "position_embedding_type": "rope",
+                                                                   "tie_word_embeddings": True})),
 })
 HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "granite_h", "granite_h_dense")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")

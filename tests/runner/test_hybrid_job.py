@@ -20,11 +20,6 @@ ROWS = 48
 
 
 @pytest.fixture(scope="module")
-def hybrid(checkpoint_factory) -> Path:
-    return checkpoint_factory("qwen3_5")
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     return write_jsonl(tmp_path_factory.mktemp("hybrid") / "in.jsonl", prompts(ROWS))
 
@@ -49,7 +44,9 @@ def test_run_reports_the_state_and_why_prefix_caching_is_off(tmp_path: Path, dat
 
 
 @pytest.mark.slow  # child processes killed and resumed
-def test_a_hybrid_job_resumes_after_sigkill(tmp_path: Path, data: Path, hybrid: Path) -> None:
+@pytest.mark.parametrize("arch", ["qwen3_5", "granite_h"])
+def test_a_hybrid_job_resumes_after_sigkill(tmp_path: Path, data: Path, checkpoint_factory, arch: str) -> None:
+    hybrid = checkpoint_factory(arch)
     run_job(JobConfig.from_settings(model=str(hybrid), input=[str(data)], output=str(tmp_path / "base"), **SETTINGS))
     out = tmp_path / "out"
     killed_and_resumed(hybrid, data, out, (), seed=3)
