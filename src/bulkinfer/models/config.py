@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
+from bulkinfer.layers.moe import SCORING_FUNCS, TOPK_METHODS, Routing
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -41,32 +42,70 @@ class MoEConfig:
     """The sparse MLP of a mixture-of-experts family; layers not in ``sparse_layers`` have a dense MLP."""
 
     num_experts: int
-    top_k: int
     intermediate_size: int  # each expert's
-    normalize: bool  # the top-k router weights renormalized to sum to 1
-    shared_intermediate_size: int  # Qwen2-MoE's shared expert; 0 for none
+    routing: Routing
+    shared_intermediate_size: int  # the shared expert's (Qwen2-MoE's, or DeepSeek's n_shared_experts together); 0: none
     sparse_layers: frozenset[int]
+    shared_gated: bool = True  # Qwen2-MoE scales its shared expert by a sigmoid gate; DeepSeek does not
     bias: bool = False  # gpt-oss: the router and every expert projection have a bias
     clamped_swiglu: tuple[float, float] | None = None  # gpt-oss's activation (limit, alpha); None: SiLU and multiply
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
         """Each family's keys, with transformers' defaults for the optional ones."""
+        if family in _DEEPSEEK_DEFAULTS:
+            return _deepseek_moe(family, hf)
         layers = range(hf["num_hidden_layers"])
         # Recent transformers write Qwen3-MoE's num_experts under Mixtral's name.
         num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
+        top_k = hf["num_experts_per_tok"]
         if family == "mixtral":  # every layer sparse, weights always renormalized
-            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers))
+            return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), 0, frozenset(layers))
         if family == "gpt_oss":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
-            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers),
-                       bias=True, clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
+            return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), 0, frozenset(layers), bias=True,
+                       clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
         # Qwen2-MoE and Qwen3-MoE: a layer is sparse every decoder_sparse_step layers, unless listed dense.
         step, dense = hf.get("decoder_sparse_step", 1), set(hf.get("mlp_only_layers") or ())
         sparse = {i for i in layers if i not in dense and num_experts > 0 and (i + 1) % step == 0}
         # Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE have a shared expert; Qwen3.5-MoE always renormalizes.
         shared = hf.get("shared_expert_intermediate_size", 5632 if family == "qwen2_moe" else 0)
-        return cls(num_experts, hf["num_experts_per_tok"], hf["moe_intermediate_size"],
-                   hf.get("norm_topk_prob", family == "qwen3_5_moe"), shared, frozenset(sparse))
+        routing = Routing(top_k, hf.get("norm_topk_prob", family == "qwen3_5_moe"))
+        return cls(num_experts, hf["moe_intermediate_size"], routing, shared, frozenset(sparse))
+
+
+# transformers' defaults for the DeepSeek keys a config.json may leave out (it writes no scoring_func or
+# topk_method for V3: the released checkpoints' sigmoid and noaux_tc are its only routing).
+_DEEPSEEK_DEFAULTS = {
+    "deepseek_v2": dict(scoring_func="softmax", topk_method="greedy", norm_topk_prob=False, routed_scaling_factor=1.0,
+                        n_group=1, topk_group=1, first_k_dense_replace=0, n_shared_experts=2),
+    "deepseek_v3": dict(scoring_func="sigmoid", topk_method="noaux_tc", norm_topk_prob=True, routed_scaling_factor=2.5,
+                        n_group=8, topk_group=4, first_k_dense_replace=3, n_shared_experts=1),
+}
+
+
+def _deepseek_moe(family: str, hf: dict) -> MoEConfig:
+    """DeepSeek-V2/V3 (and Kimi K2): a layer is sparse from first_k_dense_replace on, every moe_layer_freq
+    layers; its shared experts, ungated, are one MLP of n_shared_experts * moe_intermediate_size columns.
+    With norm_topk_prob the weights are renormalized, then scaled by routed_scaling_factor, as in V3 (V2's
+    released checkpoints all leave norm_topk_prob off)."""
+    keys = {key: default if hf.get(key) is None else hf[key] for key, default in _DEEPSEEK_DEFAULTS[family].items()}
+    scoring, method, num_experts = keys["scoring_func"], keys["topk_method"], hf["n_routed_experts"]
+    if scoring not in SCORING_FUNCS:
+        raise UnsupportedModelError(f"{family} with scoring_func {scoring!r}: bulkinfer scores experts by "
+                                    f"{' or '.join(SCORING_FUNCS)}")
+    if method not in TOPK_METHODS:
+        raise UnsupportedModelError(f"{family} with topk_method {method!r}: bulkinfer routes by "
+                                    f"{', '.join(TOPK_METHODS)}")
+    groups = 1 if method == "greedy" else keys["n_group"]  # greedy routing ignores the groups
+    if num_experts % groups:
+        raise UnsupportedModelError(f"{family} with {num_experts} experts in n_group={groups}: the groups "
+                                    "must be equal")
+    routing = Routing(hf["num_experts_per_tok"], keys["norm_topk_prob"], scoring, method, groups,
+                      keys["topk_group"] if groups > 1 else 1, keys["routed_scaling_factor"])
+    first, every = keys["first_k_dense_replace"], hf.get("moe_layer_freq") or 1
+    sparse = frozenset(i for i in range(hf["num_hidden_layers"]) if i >= first and i % every == 0)
+    shared = keys["n_shared_experts"] * hf["moe_intermediate_size"]
+    return MoEConfig(num_experts, hf["moe_intermediate_size"], routing, shared, sparse, shared_gated=False)
 
 
 @dataclass(frozen=True)

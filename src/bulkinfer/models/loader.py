@@ -94,8 +94,9 @@ def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightForma
     return dict.fromkeys(modules, fmt)
 
 
-# Mixtral's names for its experts -> Qwen's, which are ours.
+# Mixtral's names for its experts, and DeepSeek's for its shared experts -> Qwen's, which are ours.
 _RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
+            (re.compile(r"\.mlp\.shared_experts\."), ".mlp.shared_expert."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
@@ -129,9 +130,15 @@ def _set_kv_scale(model: CausalLM, name: str, tensor: torch.Tensor) -> None:
 
 def load_weights(model: CausalLM, path: Path) -> None:
     """Copy each checkpoint tensor, or this rank's slice of it, into its place in our layout."""
+    load_tensors(model, _tensors(path, model.config))
+
+
+def load_tensors(model: nn.Module, tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """``load_weights`` from checkpoint (name, tensor) pairs, into any module with CausalLM's names, ``config``
+    and ``tp``; every parameter must be filled."""
     params = dict(model.named_parameters())
     loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
-    for name, tensor in _tensors(path, model.config):
+    for name, tensor in tensors:
         if model.config.head == "none" and not name.startswith("model."):
             name = f"model.{name}"  # a bare `*Model` checkpoint names its decoder's tensors without the prefix
         if _KV_SCALE.match(name):
