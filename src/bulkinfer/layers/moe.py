@@ -130,17 +130,23 @@ class FusedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """This rank's partial sum of each token's weighted experts, without their down bias: [T, hidden]."""
-        variant = {}
-        if self.gate_up_bias is not None or self.clamped_swiglu is not None:
-            variant = {"w13_bias": self.gate_up_bias, "clamped_swiglu": self.clamped_swiglu}
+        variant = expert_variant(self)
         if self.batch_invariant:  # the reference's per-expert matmuls, each with one tiling for any row count
             return fused_moe_ref(x, self.gate_up_proj, self.down_proj, weights, ids, linear=invariant_linear,
                                  **variant)
         return self.ops.fused_moe(x, self.gate_up_proj, self.down_proj, weights, ids, **variant)
 
-    def weighted_down_bias(self, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Each token's experts' down biases, weighted by its router weights: [T, hidden]."""
-        return (weights[..., None] * self.down_bias[ids].float()).sum(1)
+
+def expert_variant(experts: nn.Module) -> dict:
+    """The fused MoE's ``w13_bias`` and ``clamped_swiglu`` for gpt-oss's experts, plain or quantized; {} for others."""
+    if experts.gate_up_bias is None and experts.clamped_swiglu is None:
+        return {}
+    return {"w13_bias": experts.gate_up_bias, "clamped_swiglu": experts.clamped_swiglu}
+
+
+def weighted_down_bias(down_bias: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Each token's experts' down biases ([E, hidden]), weighted by its router weights: [T, hidden]."""
+    return (weights[..., None] * down_bias[ids].float()).sum(1)
 
 
 class SparseMoeBlock(nn.Module):
@@ -154,7 +160,6 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         self.gate = Router(hidden_size, num_experts, routing, bias)
         self.experts = FusedExperts(num_experts, hidden_size, intermediate_size, ops, tp, bias, clamped_swiglu)
-        self.expert_bias = bias  # the experts may be swapped for quantized ones (layers/quantize.py), which have none
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate_size:
             self.shared_expert = MLP(hidden_size, shared_intermediate_size, ops, tp, SHARED_COLUMNS)
@@ -165,8 +170,8 @@ class SparseMoeBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         weights, ids = self.gate.choose(x)
         out = self.tp.all_reduce(self.experts(x, weights, ids))
-        if self.expert_bias:
-            out = out + self.experts.weighted_down_bias(weights, ids).to(out.dtype)
+        if self.experts.down_bias is not None:
+            out = out + weighted_down_bias(self.experts.down_bias, weights, ids).to(out.dtype)
         if self.shared_expert_gate is not None:
             out = out + _row_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         elif self.shared_expert is not None:

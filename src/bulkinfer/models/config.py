@@ -33,8 +33,8 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3_5ForCausalLM": {"qk_norm": True, "hybrid": "qwen3_5"},
     "Qwen3_5MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_5_moe", "hybrid": "qwen3_5"},
 }
-# gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
-_DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
+# gpt-oss ships its experts in MXFP4, which the model keeps (models/loader.py: keeps_mxfp4).
+_MXFP4_EXPERTS = {("GptOssForCausalLM", "mxfp4")}
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class ModelConfig:
     layer_windows: tuple[int, ...] = ()  # each layer's sliding window, 0 for a full layer (gpt-oss); () for none
     attention_sinks: bool = False  # a learned sink logit per head in every layer (gpt-oss)
     o_bias: bool = False  # the attention output projection has a bias
-    mxfp4_experts: bool = False  # experts stored in MXFP4, dequantized at load
+    mxfp4_experts: bool = False  # experts stored in MXFP4 (the quantization config describes nothing else)
     hybrid: HybridConfig | None = None  # None: every layer is attention
     partial_rotary_factor: float = 1.0  # the share of each head that rotary embedding turns
 
@@ -186,7 +186,7 @@ class ModelConfig:
         parts = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
-        dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD
+        mxfp4_experts = (architecture, method) in _MXFP4_EXPERTS
         windows = _layer_windows(hf) if parts.get("layer_windows") else ()
         rope = hf.get("rope_parameters") or {}  # transformers >= 5 keeps theta and scaling here
         scaling = hf.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
@@ -209,13 +209,13 @@ class ModelConfig:
             torch_dtype=checkpoint_dtype(hf.get("dtype") or hf.get("torch_dtype")),
             sliding_window=None if windows else _sliding_window(hf),
             moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
-            quantization=None if dequantized else quantization_from_hf(hf),
+            quantization=None if mxfp4_experts else quantization_from_hf(hf),
             head=parts.get("head", "lm"),
             labels=_labels(hf) if parts.get("head") == "classifier" else (),
             layer_windows=windows,
             attention_sinks=parts.get("attention_sinks", False),
             o_bias=parts.get("o_bias", False),
-            mxfp4_experts=dequantized,
+            mxfp4_experts=mxfp4_experts,
             hybrid=HybridConfig.from_hf(parts["hybrid"], hf) if "hybrid" in parts else None,
             partial_rotary_factor=hf.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0),
         )

@@ -15,7 +15,7 @@ from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.checkpoint import safetensors_files
 from bulkinfer.layers.quantize import quantize_layers
-from bulkinfer.layers.quantized_weights import WeightFormat
+from bulkinfer.layers.quantized_weights import MXFP4, WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.gpt_oss_weights import gpt_oss_tensors
 from bulkinfer.models.llama import CausalLM
@@ -72,18 +72,30 @@ def _build(path: Path, config: ModelConfig, ops: KernelOps, max_position: int, t
            device: torch.device) -> CausalLM:
     """The model with empty parameters. A quantized one is first built without memory, so that its
     quantized layers never hold a plain weight, even for a moment."""
-    if config.quantization is None:
+    formats = _quantized_modules(path, config, tp)
+    if not formats:
         with torch.device(device):
             return CausalLM(config, ops, max_position, tp)
     with torch.device("meta"):
         model = CausalLM(config, ops, max_position, tp)
-        quantize_layers(model, _quantized_modules(path, config))
+        quantize_layers(model, formats)
     model.materialize(device)
     return model
 
 
-def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightFormat]:
+def keeps_mxfp4(config: ModelConfig, tp: TensorParallel) -> bool:
+    """Whether gpt-oss's MXFP4 experts stay MXFP4 on ``tp``'s ranks: each rank's share of an expert's columns
+    must be whole groups of 32, as their scales are. Otherwise (gpt-oss's 2,880 columns over 4 or 8 ranks)
+    they are dequantized at load, and take 3.8 times the memory in bfloat16."""
+    return config.mxfp4_experts and (config.moe.intermediate_size // tp.size) % MXFP4.group_size == 0
+
+
+def _quantized_modules(path: Path, config: ModelConfig, tp: TensorParallel) -> dict[str, WeightFormat]:
     """Our linear layer, or stack of experts, of each quantized checkpoint layer -> its format."""
+    if keeps_mxfp4(config, tp):
+        return {f"model.layers.{layer}.mlp.experts": MXFP4 for layer in sorted(config.moe.sparse_layers)}
+    if config.quantization is None:
+        return {}
     fmt = config.quantization.layout.format
     targets = {_target(f"{layer}.weight")[0] for layer in quantized_layers(path, config.quantization.layout)}
     # A linear layer's target is its weight; an expert's, its stack's gate_up_proj or down_proj.
@@ -100,8 +112,8 @@ _RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
-# A linear layer's tensors: plain, or a quantized layer's canonical ones (layers/quantized_weights.py).
-_LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale)"
+# A linear layer's tensors: plain, or a quantized layer's or expert's canonical ones (layers/quantized_weights.py).
+_LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale|blocks)"
 # Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
 # slot of the stacked expert parameters (or of a quantized stack's).
 _FUSED = [
@@ -130,7 +142,7 @@ def _set_kv_scale(model: CausalLM, name: str, tensor: torch.Tensor) -> None:
 
 def load_weights(model: CausalLM, path: Path) -> None:
     """Copy each checkpoint tensor, or this rank's slice of it, into its place in our layout."""
-    load_tensors(model, _tensors(path, model.config))
+    load_tensors(model, _tensors(path, model.config, model.tp))
 
 
 def load_tensors(model: nn.Module, tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
@@ -226,10 +238,10 @@ def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice
     return slice(start // block, (start + size) // block)
 
 
-def _tensors(path: Path, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+def _tensors(path: Path, config: ModelConfig, tp: TensorParallel) -> Iterator[tuple[str, torch.Tensor]]:
     """The checkpoint's tensors, a quantized layer's as their canonical layout, gpt-oss's experts one by one."""
     if config.architecture == "GptOssForCausalLM":
-        return gpt_oss_tensors(_checkpoint_tensors(path))
+        return gpt_oss_tensors(_checkpoint_tensors(path), keeps_mxfp4(config, tp))
     if config.quantization is None:
         return _checkpoint_tensors(path)
     layout = config.quantization.layout
