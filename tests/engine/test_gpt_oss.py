@@ -8,6 +8,8 @@ and preemption too.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ from bulkinfer.layers.parallel import TensorParallel
 from bulkinfer.layers.quantized_moe import QuantizedExperts
 from bulkinfer.models.config import ModelConfig
 from bulkinfer.models.footprint import footprint
-from bulkinfer.models.loader import keeps_mxfp4, read_config
+from bulkinfer.models.loader import _quantized_modules, keeps_mxfp4, read_config
 from gpt_oss_checkpoint import gpt_oss_config, write_mxfp4_checkpoint
 from probes import last_logits
 from test_invariance import random_prompts
@@ -76,10 +78,17 @@ def test_mxfp4_footprint_is_what_the_model_holds(tiny_gpt_oss, tmp_path):
     assert loaded.weight_format == "float32, experts mxfp4 (e2m1, a power-of-two scale per 32)"
 
 
-def test_mxfp4_experts_are_dequantized_where_ranks_would_split_their_groups():
-    """gpt-oss-20b's 2,880 expert columns: 1,440 a rank over two ranks (45 groups of 32), 720 over four (22.5)."""
+def test_mxfp4_experts_are_dequantized_where_ranks_would_split_their_groups(caplog):
+    """gpt-oss-20b's 2,880 expert columns: 1,440 a rank over two ranks (45 groups of 32), 720 over four (22.5),
+    which the first rank says in one line."""
     config = ModelConfig.from_hf(gpt_oss_config(hidden_size=2880, intermediate_size=2880, num_local_experts=32,
                                                 num_attention_heads=64, num_key_value_heads=8, head_dim=64)
                                  .to_dict() | {"architectures": ["GptOssForCausalLM"],
                                                "quantization_config": {"quant_method": "mxfp4"}})
     assert [keeps_mxfp4(config, TensorParallel(0, size)) for size in (1, 2, 4, 8)] == [True, True, False, False]
+    assert len(_quantized_modules(Path("unread"), config, TensorParallel(0, 2))) == config.num_layers
+    assert _quantized_modules(Path("unread"), config, TensorParallel(0, 4)) == {}
+    assert _quantized_modules(Path("unread"), config, TensorParallel(1, 4)) == {}
+    assert [r.getMessage() for r in caplog.records if r.name == "bulkinfer.models.loader"] == [
+        "the MXFP4 experts are dequantized at load (3.8 times the memory in bfloat16): 2880 columns of each over "
+        "4 ranks are not whole groups of 32"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Container, Iterator
@@ -22,6 +23,8 @@ from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.quantization.config import quantization_from_hf
 from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
 from bulkinfer.models.refusal import UnsupportedModelError, refuse_tokenizer_code, refusal_reason
+
+logger = logging.getLogger(__name__)
 
 
 def read_config(path: Path, model_impl: str = "auto") -> tuple[ModelConfig, dict]:
@@ -94,6 +97,9 @@ def _quantized_modules(path: Path, config: ModelConfig, tp: TensorParallel) -> d
     """Our linear layer, or stack of experts, of each quantized checkpoint layer -> its format."""
     if keeps_mxfp4(config, tp):
         return {f"model.layers.{layer}.mlp.experts": MXFP4 for layer in sorted(config.moe.sparse_layers)}
+    if config.mxfp4_experts and tp.rank == 0:
+        logger.warning("the MXFP4 experts are dequantized at load (3.8 times the memory in bfloat16): %d columns "
+                       "of each over %d ranks are not whole groups of 32", config.moe.intermediate_size, tp.size)
     if config.quantization is None:
         return {}
     fmt = config.quantization.layout.format
