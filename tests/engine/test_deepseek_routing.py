@@ -119,3 +119,16 @@ def test_unknown_routing_is_refused_in_one_line(key, value):
     with pytest.raises(UnsupportedModelError, match=f"deepseek_v2 with {key} '{value}'") as refusal:
         MoEConfig.from_hf("deepseek_v2", _deepseek_config(**{key: value}))
     assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("num_experts", [12, 60])
+def test_sigmoid_routing_of_a_row_does_not_depend_on_the_batch(num_experts):
+    """Deterministic mode's promise: V3's scores, weights and choices for a token are bit for bit the same
+    whichever tokens share its step."""
+    routing = Routing(3, True, "sigmoid", "noaux_tc", num_groups=4, top_groups=2, scaling=2.5)
+    gen = torch.Generator().manual_seed(4)
+    logits, bias = torch.randn(37, num_experts, generator=gen), torch.randn(num_experts, generator=gen) * 0.1
+    weights, ids = route(logits, routing, bias)
+    for row in range(37):
+        alone = route(logits[row:row + 1], routing, bias)
+        assert torch.equal(alone[0][0], weights[row]) and torch.equal(alone[1][0], ids[row])

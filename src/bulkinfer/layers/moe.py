@@ -12,8 +12,8 @@ chooses, and weighs the chosen experts by their unbiased scores.
 Under tensor parallelism every rank holds every expert, each with 1/K of its MLP columns (the
 same split as a dense MLP): gate/up rows and down columns. Each rank computes a partial sum over
 its columns for every routed token and one all-reduce adds them up, so no rank waits for another's
-experts and the load is even however the router picks. The router and Qwen2-MoE's shared-expert
-gate are replicated, and so are the DeepSeek router's correction bias and shared experts' router weights.
+experts and the load is even however the router picks. The router (with DeepSeek-V3's correction
+bias) and Qwen2-MoE's shared-expert gate are replicated; a shared expert splits as a dense MLP does.
 
 gpt-oss's experts have biases and their own activation (a clamped SwiGLU): the gate/up bias goes
 into each expert's first matmul, the down bias, whole on every rank, is added once after the sum
@@ -64,7 +64,7 @@ def route(logits: torch.Tensor, routing: Routing,
     """Router logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k]). ``correction_bias`` [E]
     (``noaux_tc``) is added to the scores to choose the experts, not to their weights."""
     logits = logits.float()
-    scores = torch.softmax(logits, dim=-1) if routing.scoring == "softmax" else torch.sigmoid(logits)
+    scores = torch.softmax(logits, dim=-1) if routing.scoring == "softmax" else _invariant_sigmoid(logits)
     choice = scores if correction_bias is None else scores + correction_bias.float()
     if routing.num_groups > 1:
         choice = _within_best_groups(choice, routing)
@@ -173,18 +173,19 @@ class SparseMoeBlock(nn.Module):
         if self.experts.down_bias is not None:
             out = out + weighted_down_bias(self.experts.down_bias, weights, ids).to(out.dtype)
         if self.shared_expert_gate is not None:
-            out = out + _row_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+            out = out + _invariant_sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         elif self.shared_expert is not None:
             out = out + self.shared_expert(x)
         return out
 
 
-def _row_sigmoid(gate: torch.Tensor) -> torch.Tensor:
-    """Sigmoid of one value per token [T, 1], the same for a token whatever T is.
+def _invariant_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """Sigmoid of every element, each the same whatever the tensor's size (per-token gates [T, 1], V3's scores).
 
     CPU kernels send a tensor's last elements (past its last whole vector) through a scalar loop
     that rounds differently, so which tokens land there would follow T: padded to whole vectors,
     every value goes through the vector loop.
     """
-    padded = F.pad(gate.view(-1), (0, -gate.shape[0] % 64))
-    return torch.sigmoid(padded)[:gate.shape[0], None]
+    flat = x.reshape(-1)
+    padded = F.pad(flat, (0, -flat.numel() % 64))
+    return torch.sigmoid(padded)[:flat.numel()].view_as(x)
