@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from safetensors.torch import load_file
 
 from bulkinfer import LLM
@@ -90,5 +89,5 @@ def test_mxfp4_experts_are_dequantized_where_ranks_would_split_their_groups(capl
     assert _quantized_modules(Path("unread"), config, TensorParallel(0, 4)) == {}
     assert _quantized_modules(Path("unread"), config, TensorParallel(1, 4)) == {}
     assert [r.getMessage() for r in caplog.records if r.name == "bulkinfer.models.loader"] == [
-        "the MXFP4 experts are dequantized at load (3.8 times the memory in bfloat16): 2880 columns of each over "
-        "4 ranks are not whole groups of 32"]
+        ("the MXFP4 experts are dequantized at load (3.8 times the memory in bfloat16): 2880 columns of each over "
+         "4 ranks are not whole groups of 32")]
