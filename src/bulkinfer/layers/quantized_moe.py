@@ -48,7 +48,8 @@ class QuantizedExperts(nn.Module):
         self.num_experts = num_experts
         self.gate_up_proj = StackedQuantizedWeight(num_experts, 2 * intermediate_size, hidden_size, fmt, split=0)
         self.down_proj = StackedQuantizedWeight(num_experts, hidden_size, intermediate_size, fmt, split=1)
-        self.gate_up_bias, self.down_bias, self.clamped_swiglu = plain.gate_up_bias, plain.down_bias, plain.clamped_swiglu
+        self.gate_up_bias, self.down_bias = plain.gate_up_bias, plain.down_bias
+        self.clamped_swiglu = plain.clamped_swiglu
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Each token's weighted experts, without their down bias: [T, hidden]."""
