@@ -79,7 +79,7 @@ def _layers() -> dict:
 
     from bulkinfer.kernels.silu_mul import silu_and_mul_ref
     from bulkinfer.layers.linear import linear
-    from bulkinfer.layers.moe import route
+    from bulkinfer.layers.moe import Routing, route
     from bulkinfer.layers.ops import CPU_OPS
 
     torch.manual_seed(0)
@@ -94,7 +94,7 @@ def _layers() -> dict:
 
     def moe(x):
         for p in layers:
-            CPU_OPS.fused_moe(x, p["w13"], p["w2"], *route(linear(x, p["gate"]), 2, True))
+            CPU_OPS.fused_moe(x, p["w13"], p["w2"], *route(linear(x, p["gate"]), Routing(2, True)))
 
     def best_ms(run, x) -> float:
         run(x)

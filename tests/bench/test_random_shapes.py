@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from bulkinfer.bench.peak import matmul_params
 from bulkinfer.bench.random_model import SHAPES, hf_config
+from bulkinfer.layers.moe import Routing
 from bulkinfer.models.config import ModelConfig
 
 
@@ -19,7 +20,7 @@ def _config(shape: str) -> ModelConfig:
 def test_moe_small_is_qwen3_moe_with_the_active_parameters_of_50m():
     moe, dense = _config("moe-small"), _config("50m")
     assert moe.architecture == "Qwen3MoeForCausalLM" and dense.architecture == "LlamaForCausalLM"
-    assert (moe.moe.num_experts, moe.moe.top_k, moe.moe.normalize) == (8, 2, True)
+    assert (moe.moe.num_experts, moe.moe.routing) == (8, Routing(2, True))
     assert moe.moe.sparse_layers == frozenset(range(moe.num_layers)) and moe.head_dim == dense.head_dim
     routers = moe.num_layers * moe.hidden_size * moe.moe.num_experts
     assert matmul_params(moe) == matmul_params(dense) + routers

@@ -8,13 +8,19 @@ and preemption too.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from bulkinfer import LLM
+from bulkinfer.layers.parallel import TensorParallel
+from bulkinfer.layers.quantized_moe import QuantizedExperts
+from bulkinfer.models.config import ModelConfig
 from bulkinfer.models.footprint import footprint
-from bulkinfer.models.loader import read_config
-from gpt_oss_checkpoint import write_mxfp4_checkpoint
+from bulkinfer.models.loader import _quantized_modules, keeps_mxfp4, read_config
+from gpt_oss_checkpoint import gpt_oss_config, write_mxfp4_checkpoint
 from probes import last_logits
 from test_invariance import random_prompts
 from test_parity import hf_model
@@ -40,12 +46,16 @@ def test_chunks_prefix_cache_and_preemption_keep_parity(tiny_gpt_oss, options):
     check_with_chunks_prefix_cache_and_preemption(tiny_gpt_oss, **options)
 
 
-def test_mxfp4_experts_match_transformers_on_the_dequantized_weights(tiny_gpt_oss, tmp_path):
-    """Experts stored as gpt-oss ships them (MXFP4 blocks and scales), dequantized at load, against transformers
-    running the weights its own gpt-oss code dequantizes."""
+def test_mxfp4_experts_stay_mxfp4_and_match_transformers_and_the_dequantized_weights(tiny_gpt_oss, tmp_path):
+    """Experts stored as gpt-oss ships them (MXFP4 blocks and scales) stay so in memory, and give the logits and
+    greedy tokens of transformers running the weights its own gpt-oss code dequantizes, and ours on those."""
     mxfp4, dequantized = write_mxfp4_checkpoint(tiny_gpt_oss, tmp_path)
     hf, llm = hf_model(dequantized), LLM(str(mxfp4), block_size=8, max_model_len=256, **NATIVE)
-    assert llm.runner.model.config.mxfp4_experts
+    stored = load_file(mxfp4 / "model.safetensors")
+    mxfp4_bytes = sum(t.nbytes for name, t in stored.items() if name.endswith(("_blocks", "_scales")))
+    experts = [layer.mlp.experts for layer in llm.runner.model.model.layers]
+    assert all(isinstance(e, QuantizedExperts) for e in experts)
+    assert sum(p.nbytes for e in experts for name, p in e.named_parameters() if "_proj." in name) == mxfp4_bytes
     prompts = random_prompts(2, 20, 40, seed=8)
     with torch.no_grad():
         expected = hf(torch.tensor([prompts[0]])).logits[0, -1]
@@ -53,11 +63,31 @@ def test_mxfp4_experts_match_transformers_on_the_dequantized_weights(tiny_gpt_os
     assert (expected - plain).abs().max() > 1e-3  # the 4-bit rounding shows: the weights are the quantized ones
     torch.testing.assert_close(last_logits(llm, prompts[0]), expected, atol=1e-4, rtol=0)
     check_generate_and_logprobs(llm, hf, prompts)
+    dequantized_llm = LLM(str(dequantized), block_size=8, max_model_len=256, **NATIVE)
+    torch.testing.assert_close(last_logits(llm, prompts[1]), last_logits(dequantized_llm, prompts[1]),
+                               atol=1e-4, rtol=0)
 
 
-def test_mxfp4_footprint_counts_the_experts_dequantized(tiny_gpt_oss, tmp_path):
-    """What `inspect --model` reports: the MXFP4 checkpoint takes, once loaded, what the dequantized one does."""
-    mxfp4, dequantized = write_mxfp4_checkpoint(tiny_gpt_oss, tmp_path)
+def test_mxfp4_footprint_is_what_the_model_holds(tiny_gpt_oss, tmp_path):
+    """What `inspect --model` reports: the bytes the loaded model's parameters take, the experts in MXFP4."""
+    mxfp4, _ = write_mxfp4_checkpoint(tiny_gpt_oss, tmp_path)
     loaded = footprint(mxfp4, read_config(mxfp4)[0])
-    assert loaded.weight_bytes == footprint(dequantized, read_config(dequantized)[0]).weight_bytes
-    assert "MXFP4 experts dequantized at load" in loaded.weight_format
+    model = LLM(str(mxfp4), max_model_len=64, **NATIVE).runner.model
+    assert loaded.weight_bytes == sum(p.nbytes for p in model.parameters())
+    assert loaded.weight_format == "float32, experts mxfp4 (e2m1, a power-of-two scale per 32)"
+
+
+def test_mxfp4_experts_are_dequantized_where_ranks_would_split_their_groups(caplog):
+    """gpt-oss-20b's 2,880 expert columns: 1,440 a rank over two ranks (45 groups of 32), 720 over four (22.5),
+    which the first rank says in one line."""
+    config = ModelConfig.from_hf(gpt_oss_config(hidden_size=2880, intermediate_size=2880, num_local_experts=32,
+                                                num_attention_heads=64, num_key_value_heads=8, head_dim=64)
+                                 .to_dict() | {"architectures": ["GptOssForCausalLM"],
+                                               "quantization_config": {"quant_method": "mxfp4"}})
+    assert [keeps_mxfp4(config, TensorParallel(0, size)) for size in (1, 2, 4, 8)] == [True, True, False, False]
+    assert len(_quantized_modules(Path("unread"), config, TensorParallel(0, 2))) == config.num_layers
+    assert _quantized_modules(Path("unread"), config, TensorParallel(0, 4)) == {}
+    assert _quantized_modules(Path("unread"), config, TensorParallel(1, 4)) == {}
+    assert [r.getMessage() for r in caplog.records if r.name == "bulkinfer.models.loader"] == [
+        ("the MXFP4 experts are dequantized at load (3.8 times the memory in bfloat16): 2880 columns of each over "
+         "4 ranks are not whole groups of 32")]

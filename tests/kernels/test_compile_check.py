@@ -95,6 +95,18 @@ def test_checks_can_be_chosen(tmp_path):
 
 
 @pytest.mark.slow
+def test_gpt_oss_mxfp4_experts_with_their_bias_compile(tmp_path):
+    """The grouped GEMM as gpt-oss's kept MXFP4 experts run it: with the gate/up bias, on every target."""
+    report = run_check(tmp_path / "kernels.json", "--checks", "quantized_moe", "--targets", ",".join(KNOWN_TARGETS),
+                       "--jobs", "1")
+    assert report["failures"] == 0
+    biased = {v["target"] for v in report["kernels"]
+              if v["constexprs"]["WEIGHT_FORMAT"] == "mxfp4" and v["constexprs"]["HAS_BIAS"]}
+    assert biased == set(KNOWN_TARGETS)
+    assert all(v["stack_bytes"] == 0 and v["local_bytes"] == 0 for v in report["kernels"])
+
+
+@pytest.mark.slow
 def test_sample_matrix_compiles(tmp_path):
     # Every kernel on sm_80, sm_86 and sm_90 at the shapes the quick subset leaves out. The full
     # matrix (`--matrix full`) takes too long for a test: it is a documented command (docs/gpu.md).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close
-from test_kernel_fused_moe import dense_moe, make_moe
+from test_kernel_fused_moe import GPT_OSS_SWIGLU, dense_moe, make_moe
 from test_kernel_int_weight_gemm import make_int_weight
 from test_kernel_mxfp4 import make_mxfp4
 
@@ -56,6 +56,26 @@ def test_triton_matches_reference_over_dequantized_experts(dtype, fmt, shape):
     routing = {"topk_weights": moe["topk_weights"], "topk_ids": moe["topk_ids"]}
     expected = fused_moe_ref(moe["x"], w13, w2, **routing)
     assert_close(fused_moe_triton(moe["x"], w13, w2, **routing), expected)
+
+
+@pytest.mark.parametrize("num_tokens", [1, 37])
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_triton_over_mxfp4_experts_with_gpt_oss_biases_and_clamps(dtype, num_tokens):
+    """gpt-oss's experts as the model keeps them: MXFP4 weights, a gate/up bias and the clamped SwiGLU."""
+    pytest.importorskip("triton")
+    from bulkinfer.kernels.fused_moe import fused_moe_triton
+
+    moe = make_moe(num_tokens, 64, 32, num_experts=4, top_k=2, dtype=dtype)
+    bias = torch.randn(4, 64, generator=torch.Generator().manual_seed(3)) * 6  # past the clamps at 7 for some
+    gpt_oss = {"x": moe["x"], "w13": quantized_experts("mxfp4", 4, 64, 64, dtype, seed=1),
+               "w2": quantized_experts("mxfp4", 4, 64, 32, dtype, seed=2), "topk_weights": moe["topk_weights"],
+               "topk_ids": moe["topk_ids"], "w13_bias": bias.to(DEVICE, dtype), "clamped_swiglu": GPT_OSS_SWIGLU}
+    expected = fused_moe_ref(**gpt_oss)
+    unclamped = fused_moe_ref(**{**gpt_oss, "clamped_swiglu": (1e4, GPT_OSS_SWIGLU[1])})
+    assert not torch.allclose(unclamped.float(), expected.float(), atol=1e-3)  # the clamps are reached
+    # As for plain gpt-oss experts: a 16-bit dtype is held to its tolerance of the largest output.
+    atol, rtol = (1e-4, 1e-4) if dtype == torch.float32 else (4e-3 * float(expected.abs().max()), 4e-3)
+    torch.testing.assert_close(fused_moe_triton(**gpt_oss), expected, atol=atol, rtol=rtol)
 
 
 def test_reference_over_quantized_experts_is_the_reference_over_their_dequantized_weights():

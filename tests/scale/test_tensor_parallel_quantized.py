@@ -1,12 +1,15 @@
 """Quantized checkpoints over two gloo ranks give what one process gives: every quantized tensor split along
 the dimension its plain layer's weight splits (scales per group of inputs with them, scales per output row
-whole on row-parallel layers)."""
+whole on row-parallel layers), and gpt-oss's MXFP4 experts, kept or dequantized at load."""
 
 from __future__ import annotations
 
 import pytest
 
 from bulkinfer import LLM, SamplingParams
+from bulkinfer.layers.parallel import TensorParallel
+from bulkinfer.models.loader import keeps_mxfp4, read_config
+from gpt_oss_checkpoint import make_gpt_oss_checkpoint, write_mxfp4_checkpoint
 from quantized_checkpoints import (
     fp8_block_config, fp8_block_quantizer, gptq_config, gptq_quantizer, write_by_layout,
 )
@@ -30,6 +33,20 @@ def _run(path, tensor_parallel_size: int):
 ], ids=["gptq-int4-g16-asym", "gptq-int8-per-channel", "fp8-block-experts"])
 def test_two_ranks_give_the_results_of_one(checkpoint_factory, tmp_path, arch, config, quantizer):
     path, _ = write_by_layout(checkpoint_factory(arch), tmp_path / "quantized", config, quantizer)
+    _assert_two_ranks_give_the_results_of_one(path)
+
+
+@pytest.mark.parametrize("intermediate_size, kept", [(64, True), (32, False)], ids=["kept", "dequantized"])
+def test_gpt_oss_mxfp4_experts_on_two_ranks(tmp_path, intermediate_size, kept):
+    """32 expert columns a rank are a whole MXFP4 group each, and stay MXFP4; 16 a rank would split a group's
+    scale, and are dequantized at load."""
+    mxfp4, _ = write_mxfp4_checkpoint(make_gpt_oss_checkpoint(tmp_path / "plain", intermediate_size=intermediate_size),
+                                      tmp_path)
+    assert keeps_mxfp4(read_config(mxfp4)[0], TensorParallel(0, 2)) == kept
+    _assert_two_ranks_give_the_results_of_one(mxfp4)
+
+
+def _assert_two_ranks_give_the_results_of_one(path) -> None:
     one, two = _run(path, 1), _run(path, 2)
     assert [o.token_ids for o in two] == [o.token_ids for o in one]
     for a, b in zip(one, two):

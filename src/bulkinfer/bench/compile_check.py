@@ -236,7 +236,7 @@ def fused_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 
 
 # Quantized experts, one model per format: Qwen3-30B-A3B (FP8 blocks of 128, INT4 with zeros in
-# groups of 128, INT8 per channel) and gpt-oss-20b (MXFP4, hidden and expert width 2,880).
+# groups of 128, INT8 per channel) and gpt-oss-20b (MXFP4, hidden and expert width 2,880, a gate/up bias).
 QUANTIZED_MOE_SHAPES = {"fp8": (2048, 768, 128, 8), "int4": (2048, 768, 128, 8), "int8": (2048, 768, 128, 8),
                         "mxfp4": (2880, 2880, 32, 4)}
 
@@ -264,13 +264,14 @@ def quantized_moe_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
     for fmt, (hidden, inter, experts, top_k) in QUANTIZED_MOE_SHAPES.items():
         w13 = _quantized_experts(fmt, experts, 2 * inter, hidden, shape.dtype)
         w2 = _quantized_experts(fmt, experts, hidden, inter, shape.dtype)
+        bias = torch.zeros(experts, 2 * inter, dtype=shape.dtype) if fmt == "mxfp4" else None
         for tokens in (4, 1024):
             ids = torch.arange(tokens * top_k).remainder(experts).view(tokens, top_k)
             alignment = align_by_expert(ids, experts, choose_block_m(tokens * top_k, experts))
             x = torch.zeros(tokens, hidden, dtype=shape.dtype)
             act = torch.zeros(tokens * top_k, inter, dtype=shape.dtype)
             launches += [grouped_gemm_launch(x, w13, torch.zeros(tokens * top_k, 2 * inter, dtype=shape.dtype),
-                                             alignment, top_k, target),
+                                             alignment, top_k, target, bias=bias),
                          grouped_gemm_launch(act, w2, torch.zeros(tokens * top_k, hidden, dtype=shape.dtype),
                                              alignment, 1, target, torch.zeros(tokens * top_k))]
     return launches

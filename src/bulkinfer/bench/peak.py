@@ -46,8 +46,8 @@ def _mlp_params(config, layer: int, active: bool) -> int:
     moe = config.moe
     if not config.is_sparse(layer):
         return 3 * config.hidden_size * config.intermediate_size
-    experts = moe.top_k if active else moe.num_experts
-    shared = 3 * moe.shared_intermediate_size + 1 if moe.shared_intermediate_size else 0  # and its gate
+    experts = moe.routing.top_k if active else moe.num_experts
+    shared = 3 * moe.shared_intermediate_size + moe.shared_gated if moe.shared_intermediate_size else 0  # and a gate
     return config.hidden_size * (moe.num_experts + 3 * experts * moe.intermediate_size + shared)
 
 

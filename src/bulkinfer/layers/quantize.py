@@ -24,8 +24,7 @@ def quantize_layers(model: nn.Module, formats: dict[str, WeightFormat]) -> None:
 def _quantized(plain: nn.Module, fmt: WeightFormat) -> nn.Module:
     """The same shapes (this rank's) and the same split over ranks as ``plain``."""
     if isinstance(plain, FusedExperts):
-        num_experts, hidden, inter = plain.down_proj.shape
-        return QuantizedExperts(num_experts, hidden, inter, fmt)
+        return QuantizedExperts(plain, fmt)
     tp = getattr(plain, "tp", SINGLE)
     if isinstance(plain, ParallelLMHead) and tp.size > 1:
         raise ValueError("a quantized lm_head cannot be split over ranks (its vocabulary slices are gathered)")

@@ -5,6 +5,9 @@ On a GPU the fused MoE kernel reads the quantized stacks directly, dequantizing 
 (kernels/fused_moe.py). Elsewhere, and in batch-invariant mode, each expert's weight is dequantized
 into the compute dtype when the expert runs and dropped after, so only one expert's plain weight
 exists at a time, and the reference's per-expert matmuls run.
+
+gpt-oss's experts keep their biases and clamped SwiGLU (FusedExperts' ``gate_up_bias``, ``down_bias`` and
+``clamped_swiglu``), which both paths take as the plain experts do.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from torch import nn
 from bulkinfer.kernels.expert_weights import ExpertWeights
 from bulkinfer.kernels.fused_moe import fused_moe_ref, fused_moe_triton
 from bulkinfer.layers.linear import invariant_linear, linear
+from bulkinfer.layers.moe import FusedExperts, expert_variant
 from bulkinfer.layers.quantized_weights import WeightFormat, add_quantized_parameters, split_dims
 
 
@@ -34,23 +38,27 @@ class StackedQuantizedWeight(nn.Module):
 class QuantizedExperts(nn.Module):
     """FusedExperts' interface (layers/moe.py) over quantized weights: ``gate_up_proj`` [E, 2 * inter,
     hidden] (gate rows, then up rows) and ``down_proj`` [E, hidden, inter], ``inter`` this rank's share
-    (its partial sums are added up by the MoE block, as FusedExperts' are)."""
+    (its partial sums are added up by the MoE block, as FusedExperts' are); ``plain``'s biases and activation."""
 
     batch_invariant = False  # set by set_batch_invariant
 
-    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, fmt: WeightFormat):
+    def __init__(self, plain: FusedExperts, fmt: WeightFormat):
         super().__init__()
+        num_experts, hidden_size, intermediate_size = plain.down_proj.shape
         self.num_experts = num_experts
         self.gate_up_proj = StackedQuantizedWeight(num_experts, 2 * intermediate_size, hidden_size, fmt, split=0)
         self.down_proj = StackedQuantizedWeight(num_experts, hidden_size, intermediate_size, fmt, split=1)
+        self.gate_up_bias, self.down_bias = plain.gate_up_bias, plain.down_bias
+        self.clamped_swiglu = plain.clamped_swiglu
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Each token's weighted experts: [T, hidden]."""
+        """Each token's weighted experts, without their down bias: [T, hidden]."""
         w13, w2 = self.expert_weights()
+        variant = expert_variant(self)
         if x.device.type == "cuda" and not self.batch_invariant:
-            return fused_moe_triton(x, w13, w2, weights, ids)
+            return fused_moe_triton(x, w13, w2, weights, ids, **variant)
         return fused_moe_ref(x, w13.experts(x.dtype), w2.experts(x.dtype), weights, ids,
-                             linear=invariant_linear if self.batch_invariant else linear)
+                             linear=invariant_linear if self.batch_invariant else linear, **variant)
 
     def expert_weights(self) -> tuple[ExpertWeights, ExpertWeights]:
         """The gate/up and down stacks as the fused MoE kernel reads them (no copy)."""
@@ -59,6 +67,8 @@ class QuantizedExperts(nn.Module):
 
 def _as_expert_weights(stacked: StackedQuantizedWeight) -> ExpertWeights:
     fmt = stacked.format
+    if fmt.kind == "mxfp4":
+        return ExpertWeights.mxfp4(stacked.blocks, stacked.scales)
     if fmt.kind == "int":
         in_features = stacked.qweight.shape[-1] * 32 // fmt.bits
         return ExpertWeights.int_weight(stacked.qweight, stacked.scales, stacked.zeros,

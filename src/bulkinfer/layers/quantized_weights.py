@@ -13,6 +13,9 @@ Every checkpoint format is repacked at load time into one of two layouts, the GP
 - FP8 (``quant_method: fp8`` and compressed-tensors' float-quantized): ``weight`` float8_e4m3fn
   [N, K]; ``weight_scale`` float32 [N] (a scale per output row), or
   [ceil(N / bn), ceil(K / bk)] for blocks of (bn, bk). W = weight * scale.
+
+gpt-oss's MXFP4 experts keep the checkpoint's own layout, which the fused MoE kernel reads
+(kernels/mxfp4.py): ``blocks`` uint8 [N, K / 32, 16], ``scales`` uint8 e8m0 [N, K / 32].
 """
 
 from __future__ import annotations
@@ -32,15 +35,17 @@ INT_BITS = (4, 8)
 class WeightFormat:
     """The in-memory layout of one quantized linear layer's weight."""
 
-    kind: str  # "int" (integer weight-only) or "fp8"
+    kind: str  # "int" (integer weight-only), "fp8" or "mxfp4" (experts only)
     bits: int = 8
-    group_size: int | None = None  # int: input columns per scale; None: one scale per output row
+    group_size: int | None = None  # int, mxfp4: input columns per scale; None: one scale per output row
     symmetric: bool = True  # int: zero point 2 ** (bits - 1), no zeros tensor
     act_order: bool = False  # int: input columns reordered, a perm kept
     block_size: tuple[int, int] | None = None  # fp8: (bn, bk) block scales; None: one scale per output row
 
     def describe(self) -> str:
         """For people: e.g. ``int4 weight-only, groups of 128, asymmetric``."""
+        if self.kind == "mxfp4":
+            return "mxfp4 (e2m1, a power-of-two scale per 32)"
         if self.kind == "fp8":
             scales = f"{self.block_size[0]}x{self.block_size[1]} block scales" if self.block_size else "per-channel scales"
             return f"fp8 e4m3, {scales}"
@@ -53,7 +58,7 @@ class WeightFormat:
         return in_features // self.group_size if self.group_size else 1
 
     def scale_shape(self, out_features: int, in_features: int) -> tuple[int, ...]:
-        if self.kind == "int":
+        if self.kind in ("int", "mxfp4"):
             return (out_features, self.groups(in_features))
         if self.block_size is None:
             return (out_features,)
@@ -61,12 +66,18 @@ class WeightFormat:
         return (-(-out_features // bn), -(-in_features // bk))
 
 
+MXFP4 = WeightFormat("mxfp4", bits=4, group_size=32)
+
+
 def add_quantized_parameters(module: nn.Module, fmt: WeightFormat, out_features: int, in_features: int,
                              leading: tuple[int, ...] = ()) -> None:
     """Give ``module`` empty parameters in ``fmt``'s layout for weights [*leading, out, in]: ``qweight``,
-    ``scales``, ``zeros`` (None if symmetric); or ``weight``, ``weight_scale``."""
+    ``scales``, ``zeros`` (None if symmetric); ``weight``, ``weight_scale``; or ``blocks``, ``scales``."""
     scale_shape = (*leading, *fmt.scale_shape(out_features, in_features))
-    if fmt.kind == "int":
+    if fmt.kind == "mxfp4":
+        module.blocks = _frozen((*leading, out_features, in_features // fmt.group_size, 16), torch.uint8)
+        module.scales = _frozen(scale_shape, torch.uint8)
+    elif fmt.kind == "int":
         module.qweight = _frozen((*leading, out_features, in_features * fmt.bits // 32), torch.int32)
         module.scales = _frozen(scale_shape)
         module.zeros = None if fmt.symmetric else _frozen(scale_shape, torch.uint8)
@@ -82,7 +93,7 @@ def split_dims(module: nn.Module, fmt: WeightFormat, split: int | None) -> None:
     whole. None: nothing is split."""
     if split is None:
         return
-    by_columns = {"qweight": True, "weight": True, "scales": fmt.group_size is not None,
+    by_columns = {"qweight": True, "weight": True, "blocks": True, "scales": fmt.group_size is not None,
                   "zeros": fmt.group_size is not None, "weight_scale": fmt.block_size is not None}
     for name, param in module.named_parameters(recurse=False):
         if split == 0 and name != "perm":

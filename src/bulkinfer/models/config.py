@@ -8,6 +8,7 @@ import torch
 
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
 from bulkinfer.layers.mamba2 import Mamba2Shape
+from bulkinfer.layers.moe import SCORING_FUNCS, TOPK_METHODS, Routing
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -37,8 +38,8 @@ SUPPORTED_ARCHITECTURES = {
     "GraniteMoeHybridForCausalLM": {"moe": "granitemoehybrid", "hybrid": "granitemoehybrid",
                                     "mlp_size": "shared_intermediate_size"},
 }
-# gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
-_DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
+# gpt-oss ships its experts in MXFP4, which the model keeps (models/loader.py: keeps_mxfp4).
+_MXFP4_EXPERTS = {("GptOssForCausalLM", "mxfp4")}
 # Architectures whose checkpoint names the loader maps for plain weights only (models/granite_weights.py).
 _PLAIN_WEIGHTS_ONLY = {"GraniteMoeHybridForCausalLM"}
 
@@ -48,36 +49,73 @@ class MoEConfig:
     """The sparse MLP of a mixture-of-experts family; layers not in ``sparse_layers`` have a dense MLP."""
 
     num_experts: int
-    top_k: int
     intermediate_size: int  # each expert's
-    normalize: bool  # the top-k router weights renormalized to sum to 1
-    shared_intermediate_size: int  # Qwen2-MoE's shared expert; 0 for none
+    routing: Routing
+    shared_intermediate_size: int  # the shared expert's (Qwen2-MoE's, or DeepSeek's n_shared_experts together); 0: none
     sparse_layers: frozenset[int]
+    shared_gated: bool = True  # Qwen2-MoE scales its shared expert by a sigmoid gate; DeepSeek and Granite do not
     bias: bool = False  # gpt-oss: the router and every expert projection have a bias
     clamped_swiglu: tuple[float, float] | None = None  # gpt-oss's activation (limit, alpha); None: SiLU and multiply
-    shared_gate: bool = True  # Qwen2-MoE's sigmoid gate on the shared expert; Granite's shared MLP has none
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
         """Each family's keys, with transformers' defaults for the optional ones."""
+        if family in _DEEPSEEK_DEFAULTS:
+            return _deepseek_moe(family, hf)
         layers = range(hf["num_hidden_layers"])
         # Recent transformers write Qwen3-MoE's num_experts under Mixtral's name.
         num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
+        top_k = hf["num_experts_per_tok"]
         if family == "mixtral":  # every layer sparse, weights always renormalized
-            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers))
+            return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), 0, frozenset(layers))
         if family == "granitemoehybrid":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
-            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True,
-                       hf["shared_intermediate_size"], frozenset(layers if num_experts else ()), shared_gate=False)
+            return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), hf["shared_intermediate_size"],
+                       frozenset(layers if num_experts else ()), shared_gated=False)
         if family == "gpt_oss":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
-            return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers),
-                       bias=True, clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
+            return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), 0, frozenset(layers), bias=True,
+                       clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
         # Qwen2-MoE and Qwen3-MoE: a layer is sparse every decoder_sparse_step layers, unless listed dense.
         step, dense = hf.get("decoder_sparse_step", 1), set(hf.get("mlp_only_layers") or ())
         sparse = {i for i in layers if i not in dense and num_experts > 0 and (i + 1) % step == 0}
         # Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE have a shared expert; Qwen3.5-MoE always renormalizes.
         shared = hf.get("shared_expert_intermediate_size", 5632 if family == "qwen2_moe" else 0)
-        return cls(num_experts, hf["num_experts_per_tok"], hf["moe_intermediate_size"],
-                   hf.get("norm_topk_prob", family == "qwen3_5_moe"), shared, frozenset(sparse))
+        routing = Routing(top_k, hf.get("norm_topk_prob", family == "qwen3_5_moe"))
+        return cls(num_experts, hf["moe_intermediate_size"], routing, shared, frozenset(sparse))
+
+
+# transformers' defaults for the DeepSeek keys a config.json may leave out (it writes no scoring_func or
+# topk_method for V3: the released checkpoints' sigmoid and noaux_tc are its only routing).
+_DEEPSEEK_DEFAULTS = {
+    "deepseek_v2": dict(scoring_func="softmax", topk_method="greedy", norm_topk_prob=False, routed_scaling_factor=1.0,
+                        n_group=1, topk_group=1, first_k_dense_replace=0, n_shared_experts=2),
+    "deepseek_v3": dict(scoring_func="sigmoid", topk_method="noaux_tc", norm_topk_prob=True, routed_scaling_factor=2.5,
+                        n_group=8, topk_group=4, first_k_dense_replace=3, n_shared_experts=1),
+}
+
+
+def _deepseek_moe(family: str, hf: dict) -> MoEConfig:
+    """DeepSeek-V2/V3 (and Kimi K2): a layer is sparse from first_k_dense_replace on, every moe_layer_freq
+    layers; its shared experts, ungated, are one MLP of n_shared_experts * moe_intermediate_size columns.
+    With norm_topk_prob the weights are renormalized, then scaled by routed_scaling_factor, as in V3 (V2's
+    released checkpoints all leave norm_topk_prob off)."""
+    keys = {key: default if hf.get(key) is None else hf[key] for key, default in _DEEPSEEK_DEFAULTS[family].items()}
+    scoring, method, num_experts = keys["scoring_func"], keys["topk_method"], hf["n_routed_experts"]
+    if scoring not in SCORING_FUNCS:
+        raise UnsupportedModelError(f"{family} with scoring_func {scoring!r}: bulkinfer scores experts by "
+                                    f"{' or '.join(SCORING_FUNCS)}")
+    if method not in TOPK_METHODS:
+        raise UnsupportedModelError(f"{family} with topk_method {method!r}: bulkinfer routes by "
+                                    f"{', '.join(TOPK_METHODS)}")
+    groups = 1 if method == "greedy" else keys["n_group"]  # greedy routing ignores the groups
+    if num_experts % groups:
+        raise UnsupportedModelError(f"{family} with {num_experts} experts in n_group={groups}: the groups "
+                                    "must be equal")
+    routing = Routing(hf["num_experts_per_tok"], keys["norm_topk_prob"], scoring, method, groups,
+                      keys["topk_group"] if groups > 1 else 1, keys["routed_scaling_factor"])
+    first, every = keys["first_k_dense_replace"], hf.get("moe_layer_freq") or 1
+    sparse = frozenset(i for i in range(hf["num_hidden_layers"]) if i >= first and i % every == 0)
+    shared = keys["n_shared_experts"] * hf["moe_intermediate_size"]
+    return MoEConfig(num_experts, hf["moe_intermediate_size"], routing, shared, sparse, shared_gated=False)
 
 
 @dataclass(frozen=True)
@@ -147,7 +185,7 @@ class ModelConfig:
     layer_windows: tuple[int, ...] = ()  # each layer's sliding window, 0 for a full layer (gpt-oss); () for none
     attention_sinks: bool = False  # a learned sink logit per head in every layer (gpt-oss)
     o_bias: bool = False  # the attention output projection has a bias
-    mxfp4_experts: bool = False  # experts stored in MXFP4, dequantized at load
+    mxfp4_experts: bool = False  # experts stored in MXFP4 (the quantization config describes nothing else)
     hybrid: HybridConfig | None = None  # None: every layer is attention
     partial_rotary_factor: float = 1.0  # the share of each head that rotary embedding turns (0: no rotary)
     # Granite's multipliers: on the embeddings, on each attention (or mixer) and MLP output before its residual
@@ -190,7 +228,7 @@ class ModelConfig:
         parts = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
-        dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD
+        mxfp4_experts = (architecture, method) in _MXFP4_EXPERTS
         if method and architecture in _PLAIN_WEIGHTS_ONLY:
             raise UnsupportedModelError(f"quantized {architecture} ({method}): bulkinfer runs it from plain weights "
                                         "only")
@@ -216,13 +254,13 @@ class ModelConfig:
             torch_dtype=checkpoint_dtype(hf.get("dtype") or hf.get("torch_dtype")),
             sliding_window=None if windows else _sliding_window(hf),
             moe=MoEConfig.from_hf(parts["moe"], hf) if "moe" in parts else None,
-            quantization=None if dequantized else quantization_from_hf(hf),
+            quantization=None if mxfp4_experts else quantization_from_hf(hf),
             head=parts.get("head", "lm"),
             labels=_labels(hf) if parts.get("head") == "classifier" else (),
             layer_windows=windows,
             attention_sinks=parts.get("attention_sinks", False),
             o_bias=parts.get("o_bias", False),
-            mxfp4_experts=dequantized,
+            mxfp4_experts=mxfp4_experts,
             hybrid=HybridConfig.from_hf(parts["hybrid"], hf) if "hybrid" in parts else None,
             partial_rotary_factor=_partial_rotary_factor(hf, rope),
             embedding_multiplier=hf.get("embedding_multiplier", 1.0),

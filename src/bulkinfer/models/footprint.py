@@ -8,6 +8,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from bulkinfer.layers.quantized_weights import MXFP4
 from bulkinfer.models.checkpoint import safetensors_files
 from bulkinfer.models.config import ModelConfig
 
@@ -15,28 +16,21 @@ from bulkinfer.models.config import ModelConfig
 @dataclass(frozen=True)
 class Footprint:
     weight_format: str  # e.g. "bfloat16", or "gptq: int4 weight-only, groups of 128"
-    weight_bytes: int  # in memory: quantized layers stay as stored; gpt-oss's MXFP4 experts are dequantized
+    weight_bytes: int  # in memory on one device: as stored (quantized layers and gpt-oss's MXFP4 experts stay so)
 
 
 def footprint(path: Path, config: ModelConfig) -> Footprint:
     plain = str(config.torch_dtype).removeprefix("torch.")
     weight_format = config.quantization.describe() if config.quantization else plain
     if config.mxfp4_experts:
-        weight_format = f"{plain} (MXFP4 experts dequantized at load)"
-    return Footprint(weight_format, sum(_loaded_bytes(path / file, config) for file in safetensors_files(path)))
+        weight_format = f"{plain}, experts {MXFP4.describe()}"
+    return Footprint(weight_format, sum(_stored_bytes(path / file) for file in safetensors_files(path)))
 
 
-def _loaded_bytes(file: Path, config: ModelConfig) -> int:
-    """The bytes a safetensors file's tensors take once loaded, from its header (8 bytes of length, then JSON):
-    as stored, but an MXFP4 weight's blocks (two values a byte) in the model's dtype, its scales folded in."""
+def _stored_bytes(file: Path) -> int:
+    """The bytes of a safetensors file's tensors, from its header (8 bytes of length, then JSON)."""
     with file.open("rb") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
         header = json.loads(handle.read(length))
-    element = config.torch_dtype.itemsize
-    total = 0
-    for name, entry in header.items():
-        if name == "__metadata__" or (config.mxfp4_experts and name.endswith("_scales")):
-            continue
-        start, end = entry["data_offsets"]
-        total += (end - start) * (2 * element if config.mxfp4_experts and name.endswith("_blocks") else 1)
-    return total
+    return sum(entry["data_offsets"][1] - entry["data_offsets"][0] for name, entry in header.items()
+               if name != "__metadata__")

@@ -125,8 +125,8 @@ def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel
     moe = config.moe
     if not config.is_sparse(layer):
         return MLP(config.hidden_size, config.intermediate_size, ops, tp, MLP_COLUMNS)
-    return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.normalize,
-                          moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu, moe.shared_gate)
+    return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.intermediate_size, moe.routing, ops, tp,
+                          moe.shared_intermediate_size, moe.shared_gated, moe.bias, moe.clamped_swiglu)
 
 
 def scaled(x: torch.Tensor, multiplier: float) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Container, Iterator
@@ -15,7 +16,7 @@ from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.models.checkpoint import safetensors_files
 from bulkinfer.layers.quantize import quantize_layers
-from bulkinfer.layers.quantized_weights import WeightFormat
+from bulkinfer.layers.quantized_weights import MXFP4, WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.gpt_oss_weights import gpt_oss_tensors
 from bulkinfer.models.granite_weights import granite_tensors
@@ -23,6 +24,8 @@ from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.quantization.config import quantization_from_hf
 from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
 from bulkinfer.models.refusal import UnsupportedModelError, refuse_tokenizer_code, refusal_reason
+
+logger = logging.getLogger(__name__)
 
 
 def read_config(path: Path, model_impl: str = "auto") -> tuple[ModelConfig, dict]:
@@ -73,18 +76,33 @@ def _build(path: Path, config: ModelConfig, ops: KernelOps, max_position: int, t
            device: torch.device) -> CausalLM:
     """The model with empty parameters. A quantized one is first built without memory, so that its
     quantized layers never hold a plain weight, even for a moment."""
-    if config.quantization is None:
+    formats = _quantized_modules(path, config, tp)
+    if not formats:
         with torch.device(device):
             return CausalLM(config, ops, max_position, tp)
     with torch.device("meta"):
         model = CausalLM(config, ops, max_position, tp)
-        quantize_layers(model, _quantized_modules(path, config))
+        quantize_layers(model, formats)
     model.materialize(device)
     return model
 
 
-def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightFormat]:
+def keeps_mxfp4(config: ModelConfig, tp: TensorParallel) -> bool:
+    """Whether gpt-oss's MXFP4 experts stay MXFP4 on ``tp``'s ranks: each rank's share of an expert's columns
+    must be whole groups of 32, as their scales are. Otherwise (gpt-oss's 2,880 columns over 4 or 8 ranks)
+    they are dequantized at load, and take 3.8 times the memory in bfloat16."""
+    return config.mxfp4_experts and (config.moe.intermediate_size // tp.size) % MXFP4.group_size == 0
+
+
+def _quantized_modules(path: Path, config: ModelConfig, tp: TensorParallel) -> dict[str, WeightFormat]:
     """Our linear layer, or stack of experts, of each quantized checkpoint layer -> its format."""
+    if keeps_mxfp4(config, tp):
+        return {f"model.layers.{layer}.mlp.experts": MXFP4 for layer in sorted(config.moe.sparse_layers)}
+    if config.mxfp4_experts and tp.rank == 0:
+        logger.warning("the MXFP4 experts are dequantized at load (3.8 times the memory in bfloat16): %d columns "
+                       "of each over %d ranks are not whole groups of 32", config.moe.intermediate_size, tp.size)
+    if config.quantization is None:
+        return {}
     fmt = config.quantization.layout.format
     targets = {_target(f"{layer}.weight")[0] for layer in quantized_layers(path, config.quantization.layout)}
     # A linear layer's target is its weight; an expert's, its stack's gate_up_proj or down_proj.
@@ -95,13 +113,14 @@ def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightForma
     return dict.fromkeys(modules, fmt)
 
 
-# Mixtral's names for its experts -> Qwen's, which are ours.
+# Mixtral's names for its experts, and DeepSeek's for its shared experts -> Qwen's, which are ours.
 _RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
+            (re.compile(r"\.mlp\.shared_experts\."), ".mlp.shared_expert."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
-# A linear layer's tensors: plain, or a quantized layer's canonical ones (layers/quantized_weights.py).
-_LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale)"
+# A linear layer's tensors: plain, or a quantized layer's or expert's canonical ones (layers/quantized_weights.py).
+_LINEAR = r"(weight|bias|qweight|scales|zeros|perm|weight_scale|blocks)"
 # Checkpoint tensor name -> (our fused parameter, which part of it). An expert's tensors fill its
 # slot of the stacked expert parameters (or of a quantized stack's).
 _FUSED = [
@@ -130,9 +149,15 @@ def _set_kv_scale(model: CausalLM, name: str, tensor: torch.Tensor) -> None:
 
 def load_weights(model: CausalLM, path: Path) -> None:
     """Copy each checkpoint tensor, or this rank's slice of it, into its place in our layout."""
+    load_tensors(model, _tensors(path, model.config, model.tp))
+
+
+def load_tensors(model: nn.Module, tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """``load_weights`` from checkpoint (name, tensor) pairs, into any module with CausalLM's names, ``config``
+    and ``tp``; every parameter must be filled."""
     params = dict(model.named_parameters())
     loaded = dict.fromkeys(params, 0)  # checkpoint tensors written into each parameter
-    for name, tensor in _tensors(path, model.config):
+    for name, tensor in tensors:
         if model.config.head == "none" and not name.startswith("model."):
             name = f"model.{name}"  # a bare `*Model` checkpoint names its decoder's tensors without the prefix
         if _KV_SCALE.match(name):
@@ -220,11 +245,11 @@ def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice
     return slice(start // block, (start + size) // block)
 
 
-def _tensors(path: Path, config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+def _tensors(path: Path, config: ModelConfig, tp: TensorParallel) -> Iterator[tuple[str, torch.Tensor]]:
     """The checkpoint's tensors, a quantized layer's as their canonical layout, gpt-oss's and Granite's experts
     one by one."""
     if config.architecture == "GptOssForCausalLM":
-        return gpt_oss_tensors(_checkpoint_tensors(path))
+        return gpt_oss_tensors(_checkpoint_tensors(path), keeps_mxfp4(config, tp))
     if config.architecture == "GraniteMoeHybridForCausalLM":
         return granite_tensors(_checkpoint_tensors(path), config)
     if config.quantization is None:
