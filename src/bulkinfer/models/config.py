@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
+from bulkinfer.layers.kv_shape import KVShape
+from bulkinfer.layers.mla import MLAShape
+from bulkinfer.layers.rotary import softmax_mscale
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -31,6 +34,9 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3NextForCausalLM": {"qk_norm": True, "moe": "qwen3_next", "hybrid": "qwen3_next"},
     "Qwen3_5ForCausalLM": {"qk_norm": True, "hybrid": "qwen3_5"},
     "Qwen3_5MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_5_moe", "hybrid": "qwen3_5"},
+    # Multi-head latent attention over a cache of latent rows (layers/mla.py); Kimi K2 ships as DeepSeek-V3.
+    "DeepseekV2ForCausalLM": {"moe": "deepseek_v2", "mla": True},
+    "DeepseekV3ForCausalLM": {"moe": "deepseek_v3", "mla": True},
 }
 # gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
 _DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
@@ -53,6 +59,8 @@ class MoEConfig:
     def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
         """Each family's keys, with transformers' defaults for the optional ones."""
         layers = range(hf["num_hidden_layers"])
+        if family in ("deepseek_v2", "deepseek_v3"):
+            return _deepseek_moe(cls, hf)
         # Recent transformers write Qwen3-MoE's num_experts under Mixtral's name.
         num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
         if family == "mixtral":  # every layer sparse, weights always renormalized
@@ -67,6 +75,27 @@ class MoEConfig:
         shared = hf.get("shared_expert_intermediate_size", 5632 if family == "qwen2_moe" else 0)
         return cls(num_experts, hf["num_experts_per_tok"], hf["moe_intermediate_size"],
                    hf.get("norm_topk_prob", family == "qwen3_5_moe"), shared, frozenset(sparse))
+
+
+def _deepseek_moe(cls: type[MoEConfig], hf: dict) -> MoEConfig:
+    """DeepSeek's dense layers: the first first_k_dense_replace, and those off the moe_layer_freq beat. Its
+    routing (group-limited top-k, sigmoid scores with a bias, routed_scaling_factor) is not built here: a
+    checkpoint with routed experts is refused."""
+    first_dense, every = hf.get("first_k_dense_replace", 0), hf.get("moe_layer_freq", 1)
+    sparse = frozenset(i for i in range(hf["num_hidden_layers"]) if i >= first_dense and i % every == 0)
+    if sparse and hf.get("n_routed_experts"):
+        raise UnsupportedModelError(f"{', '.join(hf['architectures'])} with routed experts: DeepSeek's routing is "
+                                    "not implemented natively; model_impl='transformers' runs it")
+    return cls(hf.get("n_routed_experts") or 0, hf.get("num_experts_per_tok") or 0,
+               hf.get("moe_intermediate_size") or 0, bool(hf.get("norm_topk_prob")), 0, frozenset())
+
+
+def _mla_shape(hf: dict, scaling: dict | None, interleaved: bool) -> MLAShape:
+    """DeepSeek's latent attention sizes; its softmax scale takes YaRN's mscale, as transformers applies it."""
+    qk_head_dim = hf["qk_nope_head_dim"] + hf["qk_rope_head_dim"]
+    return MLAShape(hf["hidden_size"], hf["num_attention_heads"], hf.get("q_lora_rank") or 0, hf["kv_lora_rank"],
+                    hf["qk_nope_head_dim"], hf["qk_rope_head_dim"], hf["v_head_dim"],
+                    qk_head_dim ** -0.5 * softmax_mscale(scaling), interleaved, bool(hf.get("attention_bias")))
 
 
 @dataclass(frozen=True)
@@ -118,6 +147,7 @@ class ModelConfig:
     mxfp4_experts: bool = False  # experts stored in MXFP4, dequantized at load
     hybrid: HybridConfig | None = None  # None: every layer is attention
     partial_rotary_factor: float = 1.0  # the share of each head that rotary embedding turns
+    mla: MLAShape | None = None  # multi-head latent attention in every layer (DeepSeek); None: heads of keys/values
 
     def window(self, layer: int) -> int:
         """Layer ``layer``'s sliding window for the attention kernels; 0 for none."""
@@ -125,7 +155,16 @@ class ModelConfig:
 
     @property
     def rotary_dim(self) -> int:
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def kv_shape(self) -> KVShape:
+        """An attention layer's cache over all ranks: a latent row, or keys and values for every KV head."""
+        if self.mla is not None:
+            return KVShape(1, self.mla.row_width, planes=1)
+        return KVShape(self.num_kv_heads, self.head_dim)
 
     @property
     def num_attention_layers(self) -> int:
@@ -145,6 +184,9 @@ class ModelConfig:
             raise UnsupportedModelError(f"{architecture} with bidirectional attention (is_causal false): "
                                         "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
+        if parts.get("mla") and quantization_from_hf(hf):  # the absorbed decode reads kv_b's plain weight
+            raise UnsupportedModelError(f"quantized {architecture}: bulkinfer's latent attention runs plain "
+                                        "(float16, bfloat16, float32) weights")
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
         dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD
@@ -179,6 +221,8 @@ class ModelConfig:
             mxfp4_experts=dequantized,
             hybrid=HybridConfig.from_hf(parts["hybrid"], hf) if "hybrid" in parts else None,
             partial_rotary_factor=hf.get("partial_rotary_factor") or rope.get("partial_rotary_factor", 1.0),
+            # DeepSeek-V2 always pairs rotary values side by side; V3 unless rope_interleave is false.
+            mla=_mla_shape(hf, scaling, hf.get("rope_interleave", True)) if parts.get("mla") else None,
         )
 
 
