@@ -4,6 +4,9 @@ chunked prefill, prefix-cache hits and preemption; and the absorbed decode again
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 
@@ -62,9 +65,16 @@ def test_absorbed_decode_equals_attention_over_expanded_keys_and_values(checkpoi
         torch.testing.assert_close(absorbed[i:i + 1], expanded, atol=1e-5, rtol=1e-5)
 
 
-def test_quantized_latent_attention_is_refused_in_one_line(checkpoint_factory):
-    import json
+@pytest.mark.parametrize(("option", "message"), [(dict(kv_cache_dtype="fp8_e4m3"), "kv_cache_dtype='fp8_e4m3'"),
+                                                 (dict(deterministic=True), "deterministic=True"),
+                                                 (dict(enable_lora=True), "LoRA adapters")])
+def test_options_latent_attention_does_not_run_with_are_refused_in_one_line(checkpoint_factory, option, message):
+    with pytest.raises(ValueError, match=rf"{re.escape(message)}.* does not run with multi-head latent attention "
+                                         r"\(DeepseekV3ForCausalLM\)$"):
+        LLM(str(checkpoint_factory("deepseek_v3", **DENSE)), **option)
 
+
+def test_quantized_latent_attention_is_refused_in_one_line(checkpoint_factory):
     hf = json.loads((checkpoint_factory("deepseek_v3", **DENSE) / "config.json").read_text())
     hf["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
     with pytest.raises(UnsupportedModelError, match="quantized DeepseekV3ForCausalLM"):

@@ -1,10 +1,15 @@
-"""random:hybrid-50m against random:50m on the CPU: decode-heavy throughput, and how many sequences of a long
-output fit a 4 GiB budget, from the engine's own KV bytes per token and state bytes per sequence.
+"""Random-weight shapes side by side on the CPU: decode-heavy throughput, and how many sequences of a long output
+fit a 4 GiB budget, from the engine's own KV bytes per token and state bytes per sequence. A hybrid's fixed
+state or a latent attention model's small cache shows against a dense model of the same width.
 
-    python benchmarks/hybrid_vs_dense.py > benchmarks/results/cpu-hybrid-50m-vs-50m.json
+    python benchmarks/cache_and_speed.py 50m hybrid-50m > benchmarks/results/cpu-hybrid-50m-vs-50m.json
+    python benchmarks/cache_and_speed.py 50m mla-50m > benchmarks/results/cpu-mla-50m-vs-50m.json
 """
 
 import json
+import os
+import platform
+import sys
 import time
 
 import torch
@@ -16,12 +21,14 @@ BUDGET = 4 << 30
 PARAMS = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
 
 
-def main() -> None:
+def main(shapes: list[str]) -> None:
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(200, 30000, (64,), generator=generator).tolist() for _ in range(16)]
     report = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+              "machine": f"{platform.machine()}, {os.cpu_count()} threads, load average {os.getloadavg()[0]:.1f}",
+              "command": f"python benchmarks/cache_and_speed.py {' '.join(shapes)}",
               "workload": "16 requests x (64 prompt + 64 output tokens), greedy, float32, max_num_seqs 16"}
-    for shape in ("50m", "hybrid-50m"):
+    for shape in shapes:
         llm = LLM(str(model_path(f"random:{shape}", "auto")), max_model_len=256, max_num_seqs=16)
         llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)  # warm-up
         start = time.perf_counter()
@@ -37,4 +44,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
