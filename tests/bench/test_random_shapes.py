@@ -50,3 +50,7 @@ def test_mla_50m_is_a_dense_deepseek_v2_with_about_the_parameters_of_50m():
     assert config["architectures"] == ["DeepseekV2ForCausalLM"] and config["kv_lora_rank"] == 128
     assert config["first_k_dense_replace"] == config["num_hidden_layers"]  # no routed experts
     assert _active_parameters("mla-50m") == pytest.approx(_active_parameters("50m"), rel=0.02)
+    # Every parameter is a matmul weight but the embedding and the norms (two per layer, the latent's, the last).
+    mla = _config("mla-50m")
+    norms = mla.num_layers * (2 * mla.hidden_size + mla.mla.kv_lora_rank) + mla.hidden_size
+    assert matmul_params(mla) == _active_parameters("mla-50m") - mla.vocab_size * mla.hidden_size - norms

@@ -58,6 +58,16 @@ class MLAShape:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     @property
+    def projection_weights(self) -> int:
+        """A layer's matmul weights over all heads: queries, the latent, its expansion, the output."""
+        heads, hidden = self.num_heads, self.hidden_size
+        q = hidden * heads * self.qk_head_dim
+        if self.q_lora_rank:  # down to the rank, then up to the heads
+            q = (hidden + heads * self.qk_head_dim) * self.q_lora_rank
+        expand = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + hidden * self.row_width + expand + heads * self.v_head_dim * hidden
+
+    @property
     def row_width(self) -> int:
         """Values a token caches per layer: the latent and the rotary key."""
         return self.kv_lora_rank + self.qk_rope_head_dim
