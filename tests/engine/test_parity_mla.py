@@ -21,20 +21,20 @@ from test_parity_transformers_path import check_with_chunks_prefix_cache_and_pre
 # this list as ("deepseek_v3", {}) once DeepSeek's routing runs natively.
 DENSE = dict(first_k_dense_replace=2)
 MLA_MODELS = [pytest.param("deepseek_v2", DENSE, id="deepseek_v2-dense"),
-              pytest.param("deepseek_v3", DENSE, id="deepseek_v3-dense"),
-              # DeepSeek-V3's checkpoints with rotary pairs in halves rather than side by side.
-              pytest.param("deepseek_v3", DENSE | dict(rope_interleave=False), id="deepseek_v3-halves")]
+              pytest.param("deepseek_v3", DENSE, id="deepseek_v3-dense")]
+# DeepSeek-V3's checkpoints with rotary pairs in halves rather than side by side.
+HALVES = pytest.param("deepseek_v3", DENSE | dict(rope_interleave=False), id="deepseek_v3-halves")
 NATIVE = dict(model_impl="native", dtype="float32", device="cpu")
 
 
-@pytest.mark.parametrize(("arch", "overrides"), MLA_MODELS)
+@pytest.mark.parametrize(("arch", "overrides"), [*MLA_MODELS, HALVES])
 def test_logits_and_greedy_match_transformers(checkpoint_factory, arch, overrides):
     llm = check_against_transformers(checkpoint_factory(arch, **overrides), block_size=8,
                                      num_prompts=len(PROMPT_LENGTHS), max_tokens=8, **NATIVE)
     assert all(isinstance(layer, MLAttention) for layer in llm.runner.model.attention_layers())
 
 
-@pytest.mark.parametrize(("arch", "overrides"), MLA_MODELS[:2])
+@pytest.mark.parametrize(("arch", "overrides"), MLA_MODELS)
 def test_chunks_prefix_cache_and_preemption_keep_parity(checkpoint_factory, arch, overrides):
     check_with_chunks_prefix_cache_and_preemption(checkpoint_factory(arch, **overrides), **NATIVE)
 
