@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, run_all, tl
-from .paged_attention import _LOG2_E, _MAX_SPLITS, _gather, _merge_splits_kernel, choose_num_splits
+from .paged_attention import _LOG2_E, _MAX_SPLITS, _merge_splits_kernel, choose_num_splits, gather_rows
 from .target import KernelTarget, device_target
 
 _BLOCK_H = 16  # query heads per program: the smallest row count of a tensor-core dot
@@ -40,9 +40,11 @@ def mla_decode_ref(
     block_tables: torch.Tensor,  # [num_seqs, max_blocks] int32
     scale: float,
     latent_dim: int,
+    *,
+    max_seq_len: int | None = None,  # a hint for the Triton launcher; the reference reads the lengths
 ) -> torch.Tensor:  # [num_seqs, num_heads, latent_dim]
     max_len = int(seq_lens.max())
-    rows = _gather(latent_cache, block_tables, max_len, 1.0, query.dtype)[:, :, 0].float()  # [seqs, max_len, D]
+    rows = gather_rows(latent_cache, block_tables, max_len, 1.0, query.dtype)[:, :, 0].float()  # [seqs, max_len, D]
     scores = torch.einsum("shd,std->sht", query.float(), rows) * scale
     past_end = torch.arange(max_len, device=query.device)[None, :] >= seq_lens[:, None].to(query.device)
     weights = scores.masked_fill(past_end[:, None, :], float("-inf")).softmax(-1)

@@ -99,9 +99,9 @@ def paged_attention_ref(
         if fresh and q_len == lens[i]:  # the whole context is new this step: no cached key to read back
             k, v = key[rows], value[rows]
         else:
-            k = _gather(k_cache, block_tables[i], lens[i], k_scale, query.dtype)
-            v = _gather(v_cache, block_tables[i], lens[i], v_scale, query.dtype)
-        out[rows] = _extend(query[rows], k, v, scale, variant, sinks)
+            k = gather_rows(k_cache, block_tables[i], lens[i], k_scale, query.dtype)
+            v = gather_rows(v_cache, block_tables[i], lens[i], v_scale, query.dtype)
+        out[rows] = extend_attention(query[rows], k, v, scale, variant, sinks)
     return out
 
 
@@ -145,7 +145,7 @@ def _length_groups(seqs: list[int], lens: list[int], spread: float = 1.5) -> lis
     return groups
 
 
-def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, scale: float,
+def gather_rows(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, scale: float,
             dtype: torch.dtype) -> torch.Tensor:
     """[..., max_blocks] block ids -> [..., num_tokens, num_kv_heads, head_dim] cache rows, as ``dtype``."""
     block_size = cache.shape[1]
@@ -157,17 +157,21 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, sca
 def decode_ref(q, k_cache, v_cache, block_tables, seq_lens, max_len, scale, sliding_window=0, softcap=0.0,
                k_scale=1.0, v_scale=1.0, sinks=None):
     # q: [batch, heads, dim]; keys padded to max_len and masked past each sequence's length.
-    k = _gather(k_cache, block_tables, max_len, k_scale, q.dtype).transpose(1, 2)  # [batch, kvh, max_len, dim]
-    v = _gather(v_cache, block_tables, max_len, v_scale, q.dtype).transpose(1, 2)
+    k = gather_rows(k_cache, block_tables, max_len, k_scale, q.dtype).transpose(1, 2)  # [batch, kvh, max_len, dim]
+    v = gather_rows(v_cache, block_tables, max_len, v_scale, q.dtype).transpose(1, 2)
     lens = seq_lens[:, None].to(q.device)
     mask = AttentionVariant(sliding_window).visible(lens - 1, torch.arange(max_len, device=q.device))
     out = _sdpa(q.unsqueeze(2).to(k.dtype), k, v, mask[:, None], scale, softcap, sinks)
     return out.squeeze(2).to(q.dtype)
 
 
-def _extend(q, k, v, scale, variant=AttentionVariant(), sinks=None):
-    # q: [q_len, heads, dim], the last q_len positions of a sequence whose keys and values are
-    # k, v: [seq_len, kv_heads, dim] (read back from the cache, or the step's own when all are new).
+def extend_attention(q, k, v, scale, variant=AttentionVariant(), sinks=None):
+    """Causal attention of one sequence's new tokens, in PyTorch.
+
+    q: [q_len, heads, dim], the last q_len positions of a sequence whose keys and values are
+    k: [seq_len, kv_heads, dim] and v: [seq_len, kv_heads, v_dim] (read back from the cache, the step's own
+    when all are new, or expanded from a latent cache, whose values are narrower than its keys).
+    Returns [q_len, heads, v_dim]."""
     q_len, seq_len = q.shape[0], k.shape[0]
     k, v = k.transpose(0, 1), v.transpose(0, 1)  # [kv_heads, seq_len, dim]
     mask = None

@@ -1,4 +1,5 @@
-"""Tiny random checkpoints of architectures bulkinfer has no native code for, run through the transformers path.
+"""Tiny random checkpoints run through the transformers path: architectures bulkinfer has no native code for, and
+DeepSeek-V2/V3, whose native code tests/engine/test_parity_mla.py checks on the same checkpoints.
 
 One declaration per architecture: its config class and the settings that keep the family's distinctive features
 switched on at toy size (sliding windows of 8 tokens so 30-token prompts cross them, soft-capping, partial rotary,

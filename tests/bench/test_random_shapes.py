@@ -35,7 +35,7 @@ def _active_parameters(shape: str) -> int:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     experts = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
-    idle = 1 - SHAPES[shape].num_experts_per_tok / SHAPES[shape].num_experts
+    idle = 1 - SHAPES[shape].num_experts_per_tok / SHAPES[shape].num_experts if SHAPES[shape].num_experts else 0
     return sum(p.numel() for p in model.parameters()) - int(experts * idle)
 
 
@@ -44,3 +44,14 @@ def test_mla_small_is_deepseek_v2_with_about_the_active_parameters_of_moe_small(
     assert config["architectures"] == ["DeepseekV2ForCausalLM"] and config["kv_lora_rank"] == 128
     assert config["qk_nope_head_dim"] + config["qk_rope_head_dim"] != config["v_head_dim"]  # latent attention
     assert _active_parameters("mla-small") == pytest.approx(_active_parameters("moe-small"), rel=0.02)
+
+
+def test_mla_50m_is_a_dense_deepseek_v2_with_about_the_parameters_of_50m():
+    config = hf_config(SHAPES["mla-50m"]).to_dict()
+    assert config["architectures"] == ["DeepseekV2ForCausalLM"] and config["kv_lora_rank"] == 128
+    assert config["first_k_dense_replace"] == config["num_hidden_layers"]  # no routed experts
+    assert _active_parameters("mla-50m") == pytest.approx(_active_parameters("50m"), rel=0.02)
+    # Every parameter is a matmul weight but the embedding and the norms (two per layer, the latent's, the last).
+    mla = _config("mla-50m")
+    norms = mla.num_layers * (2 * mla.hidden_size + mla.mla.kv_lora_rank) + mla.hidden_size
+    assert matmul_params(mla) == _active_parameters("mla-50m") - mla.vocab_size * mla.hidden_size - norms

@@ -35,10 +35,12 @@ def test_a_refused_model_is_one_line(capsys, tiny_llama, tmp_path):
 
 
 def test_multi_head_latent_attention_shows_the_bytes_its_cache_holds(capsys, checkpoint_factory):
-    """DeepSeek-V2 through transformers: keys of 24 (16 + 8 rotary) and values of 12, both held at 24."""
-    path = checkpoint_factory("deepseek_v2")
-    code, out, err = invoke(capsys, "inspect", DATA / "overnight.parquet", "--prompt-column", "text", "--model", path)
-    assert code == 0, err
-    # 2 layers x 4 heads x 24 dims, keys and values, float32
-    assert "float32, 1,536 bytes per token" in out
-    assert LLM(str(path), num_kv_blocks=8).runner.kv_bytes_per_token == 1536  # what the engine's pool takes
+    """DeepSeek-V2 natively caches a latent row per token and layer (latent 32 + rotary key 8); through
+    transformers, keys of 24 (16 + 8 rotary) and values of 12, both held at 24."""
+    path = checkpoint_factory("deepseek_v2", first_k_dense_replace=2)
+    for impl, expected in [("auto", 320), ("transformers", 1536)]:  # 2 layers x 40; 2 layers x 4 heads x 24 x 2
+        code, out, err = invoke(capsys, "inspect", DATA / "overnight.parquet", "--prompt-column", "text",
+                                "--model", path, "--model-impl", impl)
+        assert code == 0, err
+        assert f"float32, {expected:,} bytes per token" in out
+        assert LLM(str(path), num_kv_blocks=8, model_impl=impl).runner.kv_bytes_per_token == expected  # the pool's

@@ -14,6 +14,7 @@ from bulkinfer.engine.kv_budget import GIB, activation_reserve, kv_blocks_that_f
 from bulkinfer.engine.resolve import ResolvedConfig, resolve_dtype
 from bulkinfer.engine.sampler import apply_penalties
 from bulkinfer.engine.step_plan import HostStaging
+from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.layers.ops import TORCH_OPS
 from bulkinfer.models.config import ModelConfig
 from bulkinfer.models.llama import CausalLM
@@ -63,7 +64,7 @@ def test_kv_pool_is_sized_from_utilization(monkeypatch, utilization):
     model, total, used = qwen_like(), 80 * GIB, 4 * GIB  # the weights and others' use
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (total - used, total))
     config = gpu_config(utilization)
-    blocks = kv_blocks_that_fit(config, model, [(2, 128)] * 28, block_size=16, device=CUDA)
+    blocks = kv_blocks_that_fit(config, model, [KVShape(2, 128)] * 28, block_size=16, device=CUDA)
     block_bytes = 2 * 28 * 16 * 2 * 128 * 2
     expected = (utilization * total - used - activation_reserve(model, config, 1)) // block_bytes
     assert blocks == min(int(expected), 256 * 256 + 1)
@@ -73,7 +74,7 @@ def test_kv_pool_is_sized_from_utilization(monkeypatch, utilization):
 
 def test_no_room_gives_no_blocks(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * GIB, 24 * GIB))
-    assert kv_blocks_that_fit(gpu_config(0.9), qwen_like(), [(2, 128)] * 28, 16, CUDA) == 0
+    assert kv_blocks_that_fit(gpu_config(0.9), qwen_like(), [KVShape(2, 128)] * 28, 16, CUDA) == 0
 
 
 def test_sliced_logits_give_the_same_prompt_logprobs(tiny_llama, monkeypatch):

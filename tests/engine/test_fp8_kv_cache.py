@@ -16,6 +16,7 @@ from bulkinfer import LLM, SamplingParams
 from bulkinfer.kernels.fp8 import quantize
 from bulkinfer.engine.config import EngineConfig
 from bulkinfer.engine.kv_budget import kv_blocks_that_fit
+from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.engine.resolve import ResolvedConfig
 from probes import last_logits
 
@@ -39,7 +40,7 @@ def tokens(llm: LLM, batch: list[list[int]]) -> list[list[int]]:
 
 @pytest.mark.parametrize("dtype,ratio", [(torch.float32, 4), (torch.float16, 2)])
 def test_fp8_blocks_fit_one_byte_per_element(dtype, ratio):
-    shapes = [(2, 64)] * 4  # 512 elements per token and layer: the 1 MiB budget holds whole blocks
+    shapes = [KVShape(2, 64)] * 4  # 512 elements per token and layer: the 1 MiB budget holds whole blocks
     blocks = {}
     for kv_cache_dtype in ("auto", "fp8_e4m3"):
         options = EngineConfig(kv_cache_dtype=kv_cache_dtype, kv_cache_memory_gb=2 ** -10, max_num_seqs=10_000)

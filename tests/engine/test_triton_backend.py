@@ -44,18 +44,24 @@ def test_mixture_of_experts_through_the_fused_moe_kernel_gives_the_torch_paths_t
 def test_sliding_windows_and_soft_caps_through_the_transformers_path(checkpoint_factory, kv_cache_dtype):
     """Gemma 2 through transformers' code on the Triton kernels: 8-token windows on alternate layers and
     attention soft-capping, over 30-token prompts taken in chunks; tokens and logprobs as the torch path's."""
-    check_transformers_path_against_torch(checkpoint_factory("gemma2"), kv_cache_dtype)
+    check_triton_against_torch(checkpoint_factory("gemma2"), kv_cache_dtype)
 
 
 def test_values_narrower_than_keys_through_the_transformers_path(checkpoint_factory):
     """DeepSeek-V2's latent attention (keys of 24, values of 12) on the Triton kernels, as on the torch path."""
-    check_transformers_path_against_torch(checkpoint_factory("deepseek_v2"), "auto")
+    check_triton_against_torch(checkpoint_factory("deepseek_v2"), "auto")
 
 
-def check_transformers_path_against_torch(path, kv_cache_dtype: str) -> None:
+def test_native_latent_attention_through_the_triton_kernels(checkpoint_factory):
+    """DeepSeek-V3's latent rows stored by store_kv, decoded by the absorbed MLA kernel (split over the keys
+    and merged), prefill expanded; in chunks, beside other sequences' decodes: as on the torch path."""
+    check_triton_against_torch(checkpoint_factory("deepseek_v3", first_k_dense_replace=2), "auto", "native")
+
+
+def check_triton_against_torch(path, kv_cache_dtype: str, model_impl: str = "transformers") -> None:
     prompts = [list(range(10, 40)), list(range(50, 61))]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
-    settings = dict(model_impl="transformers", max_model_len=64, block_size=8, max_num_batched_tokens=16,
+    settings = dict(model_impl=model_impl, max_model_len=64, block_size=8, max_num_batched_tokens=16,
                     kv_cache_dtype=kv_cache_dtype)
     got, expected = (LLM(str(path), attention_backend=backend, **settings).generate(prompts, params, use_tqdm=False)
                      for backend in ("triton", "torch"))

@@ -1,7 +1,7 @@
 """The bulkinfer backend against lm_eval's own hf backend on the same models and local tasks:
 accuracy equal, log-likelihoods within 1e-3, greedy generations identical. The models: the native
-llama, the native hybrids Qwen3.5 and Granite 4.0-H (their recurrent state on the engine's pool), and
-architectures that run through the transformers path."""
+llama, the native hybrids Qwen3.5 and Granite 4.0-H (their recurrent state on the engine's pool), native DeepSeek-V3
+(latent attention), and architectures that run through the transformers path."""
 
 from __future__ import annotations
 
@@ -21,19 +21,24 @@ import bulkinfer.integrations.lm_eval  # noqa: E402,F401  (registers "bulkinfer"
 from harness_tasks import GREEDY_CONTEXTS, TASKS, write_tasks  # noqa: E402
 
 MAX_LENGTH = 64  # small, so long texts need several rolling windows and long prompts get cut
-# Checkpoint arch -> bulkinfer model_impl. Gemma 3 brings sliding windows and a final soft-cap; Granite
-# scales its logits, so a log-likelihood taken before the scaling would show; DeepSeek-V2 has values narrower
-# than its keys.
-MODELS = {"llama": "native", "gemma3_text": "transformers", "granite": "transformers", "deepseek_v2": "transformers",
-          "qwen3_5": "native", "granite_h": "native"}
+# Name -> (checkpoint arch, its overrides, bulkinfer model_impl). Gemma 3 brings sliding windows and a final
+# soft-cap; Granite scales its logits, so a log-likelihood taken before the scaling would show; DeepSeek-V2 through
+# transformers has values narrower than its keys; native DeepSeek-V3 caches latent rows.
+MODELS = {"llama": ("llama", {}, "native"), "gemma3_text": ("gemma3_text", {}, "transformers"),
+          "granite": ("granite", {}, "transformers"), "deepseek_v2": ("deepseek_v2", {}, "transformers"),
+          "deepseek_v3_native": ("deepseek_v3", {}, "native"),
+          "qwen3_5": ("qwen3_5", {}, "native"),
+          "granite_h": ("granite_h", {}, "native")}
 
 
 @pytest.fixture(scope="module", params=["llama", "granite", pytest.param("gemma3_text", marks=pytest.mark.slow),
                                         pytest.param("deepseek_v2", marks=pytest.mark.slow),
+                                        pytest.param("deepseek_v3_native", marks=pytest.mark.slow),
                                         pytest.param("qwen3_5", marks=pytest.mark.slow),
                                         pytest.param("granite_h", marks=pytest.mark.slow)])
 def model(request, checkpoint_factory) -> tuple[Path, str]:
-    return checkpoint_factory(request.param), MODELS[request.param]
+    arch, overrides, model_impl = MODELS[request.param]
+    return checkpoint_factory(arch, **overrides), model_impl
 
 
 @pytest.fixture(scope="module")

@@ -42,13 +42,13 @@ def new_keys_and_values(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.fixture
 def gathers(monkeypatch) -> list[tuple[int, int]]:
     """(table dims, tokens) of every read of the cache by the reference: 1-D tables are one sequence's."""
-    calls, real = [], paged_attention._gather
+    calls, real = [], paged_attention.gather_rows
 
     def spy(cache, block_table, num_tokens, scale, dtype):
         calls.append((block_table.dim(), num_tokens))
         return real(cache, block_table, num_tokens, scale, dtype)
 
-    monkeypatch.setattr(paged_attention, "_gather", spy)
+    monkeypatch.setattr(paged_attention, "gather_rows", spy)
     return calls
 
 

@@ -41,6 +41,9 @@ def _run(path: Path, tensor_parallel_size: int):
     ("mixtral", {}),
     ("qwen2_moe", {}),  # and half of the shared expert's; its gate is replicated
     ("qwen3_moe", {}),
+    # Multi-head latent attention: each rank 2 of the 4 heads (q, kv_b and o), the latent rows on both
+    ("deepseek_v2", {}),
+    ("deepseek_v3", {}),  # and the q_a projection and its norm, whole on both
 ])
 def test_two_ranks_give_the_results_of_one(checkpoint_factory, arch, overrides):
     path = checkpoint_factory(arch, **overrides)

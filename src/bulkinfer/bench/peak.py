@@ -38,6 +38,8 @@ def matmul_params(config, active: bool = True) -> int:
     every expert (what a decode step of a large batch reads)."""
     attn = config.hidden_size * (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
     attn += config.num_heads * config.head_dim * config.hidden_size
+    if config.mla is not None:
+        attn = config.mla.projection_weights
     mlps = [_mlp_params(config, layer, active) for layer in range(config.num_layers)]
     return config.num_layers * attn + sum(mlps) + config.hidden_size * config.vocab_size
 

@@ -42,6 +42,8 @@ SHAPES = {
     # moe-small's 512 keys and values.
     "mla-small": ModelShape(512, 8, 8, 8, 1408, 32000, num_experts=8, num_experts_per_tok=1,
                             moe_intermediate_size=704, kv_lora_rank=128, qk_rope_head_dim=32),
+    # 50m with mla-small's latent attention and 50m's dense MLP: the latent cache against GQA without experts.
+    "mla-50m": ModelShape(512, 8, 8, 8, 1408, 32000, kv_lora_rank=128, qk_rope_head_dim=32),
     # 50m with three layers of every four gated delta-net (linear attention): a fixed state per sequence.
     "hybrid-50m": ModelShape(512, 8, 8, 4, 1408, 32000, hybrid=True),
 }
@@ -94,7 +96,8 @@ def make_sentence_transformer(path: str | Path, model_dir: str | Path, pooling_m
 
 def hf_config(shape: ModelShape, dtype: str = "float32"):
     """A LlamaConfig; with experts a Qwen3MoeConfig (q/k norm, renormalized top-k weights); with a latent a
-    DeepseekV2Config (greedy top-k over softmax scores, renormalized, one shared expert); for a hybrid a
+    DeepseekV2Config (with experts: greedy top-k over softmax scores, renormalized, one shared expert; without:
+    every layer dense); for a hybrid a
     Qwen3_5TextConfig whose delta-net layers have half as many key heads as value heads, each head_dim wide."""
     from transformers import DeepseekV2Config, LlamaConfig, Qwen3_5TextConfig, Qwen3MoeConfig
 
@@ -105,7 +108,8 @@ def hf_config(shape: ModelShape, dtype: str = "float32"):
         return DeepseekV2Config(**_dense(shape), **common, architectures=["DeepseekV2ForCausalLM"],
                                 n_routed_experts=shape.num_experts, num_experts_per_tok=shape.num_experts_per_tok,
                                 moe_intermediate_size=shape.moe_intermediate_size, n_shared_experts=1,
-                                first_k_dense_replace=0, topk_method="greedy", norm_topk_prob=True, q_lora_rank=None,
+                                first_k_dense_replace=0 if shape.num_experts else shape.num_hidden_layers,
+                                topk_method="greedy", norm_topk_prob=True, q_lora_rank=None,
                                 kv_lora_rank=shape.kv_lora_rank, qk_nope_head_dim=head_dim,
                                 qk_rope_head_dim=shape.qk_rope_head_dim, v_head_dim=head_dim)
     if shape.num_experts:

@@ -17,7 +17,7 @@ from bulkinfer.settings import Setting, check_choices, setting, settings_of
 @dataclass
 class BenchSettings:
     model: str = setting("random:50m", "Checkpoint directory, hub id, or random:SHAPE (tiny, 50m, 0.5b, 1.5b, 8b, "
-                                       "moe-small, mla-small, hybrid-50m) for random weights.", path=True)
+                                       "moe-small, mla-small, mla-50m, hybrid-50m) for random weights.", path=True)
     workload: str = setting("mixed", "mixed (lengths as in real jobs), prefix (a 1,000-token shared prefix) or "
                                      "synthetic (n = 4 samples at temperature 0.8).", choices=WORKLOADS)
     num_requests: int = setting(128, "Requests in the workload.")

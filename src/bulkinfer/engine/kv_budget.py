@@ -13,6 +13,7 @@ import torch
 
 from bulkinfer.engine.resolve import ResolvedConfig
 from bulkinfer.engine.step_logits import LOGIT_SLICE_ROWS
+from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.models.config import ModelConfig
 
 GIB = 1 << 30
@@ -33,14 +34,14 @@ def activation_reserve(model: ModelConfig, config: ResolvedConfig, tp_size: int)
     return tokens + logits + _SLACK
 
 
-def kv_bytes_per_token(kv_shapes: list[tuple[int, int]], dtype: torch.dtype) -> int:
-    """A token's keys and values over every layer, in a cache of ``dtype``."""
-    return 2 * sum(heads * dim for heads, dim in kv_shapes) * torch.tensor([], dtype=dtype).element_size()
+def kv_bytes_per_token(kv_shapes: list[KVShape], dtype: torch.dtype) -> int:
+    """A token's keys and values (or latent rows) over every layer, in a cache of ``dtype``."""
+    return sum(shape.values_per_token for shape in kv_shapes) * torch.tensor([], dtype=dtype).element_size()
 
 
-def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: list[tuple[int, int]],
+def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: list[KVShape],
                        block_size: int, device: torch.device, tp_size: int = 1, state_bytes: int = 0) -> int:
-    """kv_shapes: (KV heads, head size) of each layer's cache on this rank; state_bytes: the recurrent state
+    """kv_shapes: each layer's cache on this rank; state_bytes: the recurrent state
     pool of a hybrid model, which is set aside first (every running sequence needs its slot)."""
     bytes_per_block = block_size * kv_bytes_per_token(kv_shapes, config.kv_cache_dtype)
     if device.type == "cuda":

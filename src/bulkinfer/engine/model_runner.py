@@ -91,12 +91,13 @@ class ModelRunner:
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")
-        # One [2, blocks, block_size, kv_heads, head_dim] tensor per layer: keys, then values.
-        self.kv_caches = [torch.zeros((2, self.num_blocks, self.block_size, kv_heads, head_dim),
+        # One [planes, blocks, block_size, kv_heads, head_dim] tensor per layer: keys, then values; a latent
+        # cache's single plane is bound as both.
+        self.kv_caches = [torch.zeros((shape.planes, self.num_blocks, self.block_size, shape.heads, shape.head_dim),
                                       dtype=config.kv_cache_dtype, device=self.device)
-                          for kv_heads, head_dim in kv_shapes]
+                          for shape in kv_shapes]
         for layer, cache in zip(self.model.attention_layers(), self.kv_caches):
-            layer.k_cache, layer.v_cache = cache
+            layer.k_cache, layer.v_cache = cache[0], cache[-1]
         self.decode_graphs = None
         # Graphs would capture the ranks' collectives too; that is not tried without a GPU to test it. A
         # transformers model's Python code is not known to be capturable.

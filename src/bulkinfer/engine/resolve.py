@@ -33,6 +33,8 @@ class ResolvedConfig:
 def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
     if model.implementation == "transformers":
         check_transformers_path(options, model)
+    if model.mla is not None:
+        check_latent_attention(options, model)
     if model.quantization is not None and model.quantization.layout.format.act_order \
             and options.tensor_parallel_size > 1:
         raise ValueError(f"tensor_parallel_size > 1 with act-order weights ({model.quantization.describe()}): the "
@@ -43,15 +45,32 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
                           options.max_num_batched_tokens or BATCHED_TOKENS[device.type])
 
 
+def _asked(options: EngineConfig) -> dict[str, bool]:
+    """The options some model code cannot honour, by how an error names them, and whether they are asked for."""
+    return {"tensor_parallel_size > 1": options.tensor_parallel_size > 1,
+            "deterministic=True": options.deterministic,
+            "LoRA adapters (enable_lora)": options.enable_lora,
+            "kv_cache_dtype='fp8_e4m3'": options.kv_cache_dtype == "fp8_e4m3"}
+
+
 def check_transformers_path(options: EngineConfig, model: ModelConfig) -> None:
     """What only bulkinfer's own model code does: splitting a model over ranks, batch-invariant matmuls,
     LoRA adapters."""
-    for wanted, option in ((options.tensor_parallel_size > 1, "tensor_parallel_size > 1"),
-                           (options.deterministic, "deterministic=True"),
-                           (options.enable_lora, "LoRA adapters (enable_lora)")):
-        if wanted:
+    asked = _asked(options)
+    for option in ("tensor_parallel_size > 1", "deterministic=True", "LoRA adapters (enable_lora)"):
+        if asked[option]:
             raise ValueError(f"{option} needs bulkinfer's native code, and {model.architecture} runs through "
                              "transformers (model_impl='transformers')")
+
+
+def check_latent_attention(options: EngineConfig, model: ModelConfig) -> None:
+    """What multi-head latent attention does not do: an FP8 cache (its decode kernel reads rows of the model's
+    dtype), batch-invariant decode (its absorbed decode batches sequences), LoRA adapters (no adapter slots on
+    its projections)."""
+    asked = _asked(options)
+    for option in ("kv_cache_dtype='fp8_e4m3'", "deterministic=True", "LoRA adapters (enable_lora)"):
+        if asked[option]:
+            raise ValueError(f"{option} does not run with multi-head latent attention ({model.architecture})")
 
 
 def resolve_device(device: str) -> torch.device:

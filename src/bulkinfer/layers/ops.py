@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from bulkinfer.kernels.fused_moe import fused_moe_ref
+from bulkinfer.kernels.mla_decode import mla_decode_ref
 from bulkinfer.kernels.paged_attention import paged_attention_ref
 from bulkinfer.kernels.paged_attention_cpu import paged_attention_cpu
 from bulkinfer.kernels.paged_attention_invariant import paged_attention_invariant
@@ -40,12 +41,13 @@ class KernelOps:
     rotary: Callable
     silu_and_mul: Callable
     fused_moe: Callable
+    mla_decode: Callable  # multi-head latent attention's absorbed decode
 
 
 TORCH_OPS = KernelOps("torch", store_kv_ref, paged_attention_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref,
-                      fused_moe_ref)
+                      fused_moe_ref, mla_decode_ref)
 CPU_OPS = KernelOps("cpu", store_kv_ref, paged_attention_cpu, rms_norm_ref, rotary_ref, silu_and_mul_ref,
-                    fused_moe_cpu)
+                    fused_moe_cpu, mla_decode_ref)
 
 
 def resolve_ops(attention_backend: str, device: torch.device, batch_invariant: bool = False) -> KernelOps:
@@ -83,6 +85,7 @@ def triton_ops(device: torch.device) -> KernelOps:
         raise RuntimeError(f"attention_backend='triton' needs the triton package, which failed to import: {exc}") from None
     from bulkinfer.kernels import _triton
     from bulkinfer.kernels.fused_moe import fused_moe_triton
+    from bulkinfer.kernels.mla_decode import mla_decode_triton
     from bulkinfer.kernels.paged_attention import _decode_kernel, paged_attention_triton
     from bulkinfer.kernels.rms_norm import rms_norm_triton
     from bulkinfer.kernels.rotary import rotary_triton
@@ -96,4 +99,4 @@ def triton_ops(device: torch.device) -> KernelOps:
         raise RuntimeError(f"attention_backend='triton' on {device.type} runs in Triton's interpreter: "
                            "set TRITON_INTERPRET=1 before importing bulkinfer")
     return KernelOps("triton", store_kv_triton, paged_attention_triton, rms_norm_triton, rotary_triton,
-                     silu_and_mul_triton, fused_moe_triton)
+                     silu_and_mul_triton, fused_moe_triton, mla_decode_triton)

@@ -71,6 +71,15 @@ def attention_factor(scaling: dict | None) -> float:
     return _yarn_mscale(scaling["factor"])
 
 
+def softmax_mscale(scaling: dict | None) -> float:
+    """What DeepSeek's YaRN multiplies the softmax scale by besides cos and sin: mscale(factor, mscale_all_dim)
+    squared; 1 without ``mscale_all_dim`` or without scaling."""
+    scaling = scaling or {}
+    if scaling.get("rope_type", scaling.get("type", "default")) == "default" or not scaling.get("mscale_all_dim"):
+        return 1.0
+    return _yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+
+
 def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 

@@ -9,6 +9,9 @@ import torch
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
 from bulkinfer.layers.mamba2 import Mamba2Shape
 from bulkinfer.layers.moe import SCORING_FUNCS, TOPK_METHODS, Routing
+from bulkinfer.layers.kv_shape import KVShape
+from bulkinfer.layers.mla import MLAShape
+from bulkinfer.layers.rotary import softmax_mscale
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -37,6 +40,9 @@ SUPPORTED_ARCHITECTURES = {
     # shared MLP alone), Granite's multipliers; its dense MLP is the shared one.
     "GraniteMoeHybridForCausalLM": {"moe": "granitemoehybrid", "hybrid": "granitemoehybrid",
                                     "mlp_size": "shared_intermediate_size"},
+    # Multi-head latent attention over a cache of latent rows (layers/mla.py); Kimi K2 ships as DeepSeek-V3.
+    "DeepseekV2ForCausalLM": {"moe": "deepseek_v2", "mla": True},
+    "DeepseekV3ForCausalLM": {"moe": "deepseek_v3", "mla": True},
 }
 # gpt-oss ships its experts in MXFP4, which the model keeps (models/loader.py: keeps_mxfp4).
 _MXFP4_EXPERTS = {("GptOssForCausalLM", "mxfp4")}
@@ -118,6 +124,14 @@ def _deepseek_moe(family: str, hf: dict) -> MoEConfig:
     return MoEConfig(num_experts, hf["moe_intermediate_size"], routing, shared, sparse, shared_gated=False)
 
 
+def _mla_shape(hf: dict, scaling: dict | None, interleaved: bool) -> MLAShape:
+    """DeepSeek's latent attention sizes; its softmax scale takes YaRN's mscale, as transformers applies it."""
+    qk_head_dim = hf["qk_nope_head_dim"] + hf["qk_rope_head_dim"]
+    return MLAShape(hf["hidden_size"], hf["num_attention_heads"], hf.get("q_lora_rank") or 0, hf["kv_lora_rank"],
+                    hf["qk_nope_head_dim"], hf["qk_rope_head_dim"], hf["v_head_dim"],
+                    qk_head_dim ** -0.5 * softmax_mscale(scaling), interleaved, bool(hf.get("attention_bias")))
+
+
 @dataclass(frozen=True)
 class HybridConfig:
     """Recurrent token mixers among full-attention layers: Qwen3-Next's and Qwen3.5's gated delta-nets, or
@@ -194,6 +208,7 @@ class ModelConfig:
     residual_multiplier: float = 1.0
     attention_multiplier: float | None = None
     logits_scaling: float = 1.0
+    mla: MLAShape | None = None  # multi-head latent attention in every layer (DeepSeek); None: heads of keys/values
 
     def window(self, layer: int) -> int:
         """Layer ``layer``'s sliding window for the attention kernels; 0 for none."""
@@ -201,7 +216,16 @@ class ModelConfig:
 
     @property
     def rotary_dim(self) -> int:
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def kv_shape(self) -> KVShape:
+        """An attention layer's cache over all ranks: a latent row, or keys and values for every KV head."""
+        if self.mla is not None:
+            return KVShape(1, self.mla.row_width, planes=1)
+        return KVShape(self.num_kv_heads, self.head_dim)
 
     @property
     def num_attention_layers(self) -> int:
@@ -226,6 +250,9 @@ class ModelConfig:
             raise UnsupportedModelError(f"{architecture} with bidirectional attention (is_causal false): "
                                         "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
+        if parts.get("mla") and quantization_from_hf(hf):  # the absorbed decode reads kv_b's plain weight
+            raise UnsupportedModelError(f"quantized {architecture}: bulkinfer's latent attention runs plain "
+                                        "(float16, bfloat16, float32) weights")
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
         mxfp4_experts = (architecture, method) in _MXFP4_EXPERTS
@@ -267,6 +294,8 @@ class ModelConfig:
             residual_multiplier=hf.get("residual_multiplier", 1.0),
             attention_multiplier=hf.get("attention_multiplier"),
             logits_scaling=hf.get("logits_scaling", 1.0),
+            # DeepSeek-V2 always pairs rotary values side by side; V3 unless rope_interleave is false.
+            mla=_mla_shape(hf, scaling, hf.get("rope_interleave", True)) if parts.get("mla") else None,
         )
 
 

@@ -1,7 +1,8 @@
 """The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm), and
 their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers),
 gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN, biased clamped-SwiGLU experts),
-the hybrids Qwen3-Next and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py),
+DeepSeek-V2/V3 (multi-head latent attention over a cache of latent rows, layers/mla.py), the hybrids Qwen3-Next
+and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py),
 and Granite 4.0-H (Mamba2 layers beside attention without rotary, layers/mamba2.py; experts beside an ungated shared
 MLP; Granite's multipliers on the embeddings, the residual branches, the softmax and the logits).
 
@@ -18,8 +19,10 @@ from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
 from bulkinfer.layers.gated_delta_net import GatedDeltaNet, GatedDeltaNetShape
+from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.layers.linear import ColumnParallelLinear, RowParallelLinear
 from bulkinfer.layers.mamba2 import Mamba2Mixer
+from bulkinfer.layers.mla import MLAttention
 from bulkinfer.layers.mlp import MLP
 from bulkinfer.layers.moe import EXPERT_COLUMNS, SHARED_COLUMNS, SparseMoeBlock
 from bulkinfer.layers.norm import RMSNorm
@@ -91,6 +94,10 @@ class Attention(nn.Module):
         # step reads them without a device sync.
         self.k_scale = self.v_scale = 1.0
 
+    @property
+    def kv_shape(self) -> KVShape:
+        return KVShape(self.num_kv_heads, self.head_dim)
+
     def forward(self, positions: torch.Tensor, x: torch.Tensor, attn: AttentionMetadata,
                 rope_cache: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split([self.q_width, self.kv_size, self.kv_size], dim=-1)
@@ -143,6 +150,8 @@ class DecoderLayer(nn.Module):
         if config.is_linear_attention(layer):
             mixer = config.hybrid.mixer
             self.linear_attn = (GatedDeltaNet if isinstance(mixer, GatedDeltaNetShape) else Mamba2Mixer)(mixer)
+        elif config.mla is not None:
+            self.self_attn = MLAttention(config.mla, ops, tp)
         else:
             self.self_attn = Attention(config, layer, ops, tp)
         self.post_attention_layernorm = make_norm(config, config.hidden_size, ops)
@@ -230,13 +239,13 @@ class CausalLM(nn.Module):
         if self.config.head == "lm" and self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def attention_layers(self) -> list[Attention]:
+    def attention_layers(self) -> list[Attention | MLAttention]:
         return [layer.self_attn for layer in self.model.layers if layer.self_attn is not None]
 
     def recurrent_layers(self) -> list[GatedDeltaNet | Mamba2Mixer]:
         """The layers whose per-sequence state lives in the engine's state pool (a hybrid's)."""
         return [layer.linear_attn for layer in self.model.layers if layer.linear_attn is not None]
 
-    def kv_shapes(self) -> list[tuple[int, int]]:
-        """(KV heads, head size) of each layer's cache on this rank."""
-        return [(layer.num_kv_heads, layer.head_dim) for layer in self.attention_layers()]
+    def kv_shapes(self) -> list[KVShape]:
+        """Each attention layer's cache on this rank."""
+        return [layer.kv_shape for layer in self.attention_layers()]

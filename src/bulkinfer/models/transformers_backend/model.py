@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.layers.linear import Linear
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE
@@ -61,9 +62,9 @@ class TransformersCausalLM(nn.Module):
     def attention_layers(self) -> list[LayerCache]:
         return self.caches
 
-    def kv_shapes(self) -> list[tuple[int, int]]:
-        """(KV heads, head size) of each layer's cache: some families change them from layer to layer."""
-        return [(cache.kv_heads, cache.head_dim) for cache in self.caches]
+    def kv_shapes(self) -> list[KVShape]:
+        """Each layer's cache: some families change its heads and head size from layer to layer."""
+        return [KVShape(cache.kv_heads, cache.head_dim) for cache in self.caches]
 
     @torch.inference_mode()
     def _probe(self) -> list[LayerCache]:
