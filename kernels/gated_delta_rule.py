@@ -244,7 +244,7 @@ def _delta_state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, states_ptr, chunk_states_ptr
     tile = (head * dk + dims[:, None]) * dv + cols[None, :]  # a head's [Dk, BLOCK_V] tile of a [H, Dk, Dv] state
     state = tl.load(states_ptr + slot * heads * dk * dv + tile, mask=tile_mask, other=0.0)
     state = tl.where(tl.load(has_init_ptr + seq) != 0, state, 0.0)  # a new sequence ignores the slot's leftovers
-    for c in range(0, tl.cdiv(end - start, CHUNK)):
+    for c in range(tl.cdiv(end - start, CHUNK)):
         tl.store(chunk_states_ptr + (first + c) * heads * dk * dv + tile, state, mask=tile_mask)
         rows = start + c * CHUNK + tl.arange(0, CHUNK)
         row_mask = rows < end
