@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 try:
     import triton
     import triton.language as tl
@@ -75,9 +73,3 @@ def run_all(launches: list[Launch]) -> None:
     for launch in launches:
         launch()
 
-
-def dot_precision(dtype) -> str:
-    """``tl.dot``'s input precision for fp32 operands computed from inputs of ``dtype``: TF32 where
-    the inputs are 16-bit (their values are exact in TF32, and its rounding of computed operands is
-    no larger than theirs), full fp32 where the inputs are fp32, so that fp32 stays fp32."""
-    return "tf32x3" if dtype == torch.float32 else "tf32"

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import Launch, dot_precision, jit, next_power_of_2, run_all, tl
-from .chunk_layout import chunk_layout
+from ._triton import Launch, jit, next_power_of_2, run_all, tl
+from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows,
+                           store_chunk_rows)
 from .state_blocks import state_blocks
 
 CHUNK = 64
@@ -177,8 +178,7 @@ def fused_recurrent_gated_delta_rule_update(q: torch.Tensor, k: torch.Tensor, v:
 @jit
 def _delta_transform_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, starts_ptr, ends_ptr, heads, dk, dv,
                             k_stride, v_stride, g_stride, beta_stride, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
-                            BLOCK_V: tl.constexpr,
-                            DOT: tl.constexpr):
+                            BLOCK_V: tl.constexpr, DOT: tl.constexpr):
     chunk = tl.program_id(0)
     head = tl.program_id(1)
     rows = tl.load(starts_ptr + chunk).to(tl.int64) + tl.arange(0, CHUNK)
@@ -188,11 +188,10 @@ def _delta_transform_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, starts_
     cum = tl.cumsum(g, 0)  # log decay from the chunk's start through each token
     gram = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     for col in range(0, dk, BLOCK_K):
-        k = _load_rows(k_ptr, rows, row_mask, k_stride, head * dk, col, dk, BLOCK_K)
+        k = load_chunk_rows(k_ptr, rows, row_mask, k_stride, head * dk, col, dk, BLOCK_K)
         gram += tl.dot(k, tl.trans(k), input_precision=DOT)
+    system = gram * beta[:, None] * causal_decay(cum, CHUNK, True)
     index = tl.arange(0, CHUNK)
-    below = index[:, None] > index[None, :]
-    system = tl.where(below, gram * beta[:, None] * tl.exp(cum[:, None] - cum[None, :]), 0.0)
     # (I + L)^-1 - I, row by row: row r is -L[r] - sum_{j<r} L[r, j] * (row j).
     inverse = -system
     for r in range(1, CHUNK):
@@ -201,36 +200,19 @@ def _delta_transform_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, starts_
         inverse = tl.where(index[:, None] == r, row[None, :], inverse)
     inverse += tl.where(index[:, None] == index[None, :], 1.0, 0.0)
     for col in range(0, dk, BLOCK_K):
-        k = _load_rows(k_ptr, rows, row_mask, k_stride, head * dk, col, dk, BLOCK_K)
+        k = load_chunk_rows(k_ptr, rows, row_mask, k_stride, head * dk, col, dk, BLOCK_K)
         w = tl.dot(inverse, k * (beta * tl.exp(cum))[:, None], input_precision=DOT)
-        _store_rows(w_ptr, w, rows, row_mask, heads, head, col, dk, BLOCK_K)
+        store_chunk_rows(w_ptr, w, rows, row_mask, heads, head, col, dk, BLOCK_K)
     for col in range(0, dv, BLOCK_V):
-        v = _load_rows(v_ptr, rows, row_mask, v_stride, head * dv, col, dv, BLOCK_V)
-        _store_rows(u_ptr, tl.dot(inverse, v * beta[:, None], input_precision=DOT), rows, row_mask, heads,
-                    head, col, dv, BLOCK_V)
-
-
-@jit
-def _load_rows(ptr, rows, row_mask, row_stride, offset, col, width, BLOCK: tl.constexpr):
-    """[CHUNK, BLOCK] fp32: columns col.. of the rows' entries starting at ``offset``; zeros outside."""
-    cols = col + tl.arange(0, BLOCK)
-    mask = row_mask[:, None] & (cols < width)[None, :]
-    return tl.load(ptr + rows[:, None] * row_stride + offset + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-
-
-@jit
-def _store_rows(ptr, x, rows, row_mask, heads, head, col, width, BLOCK: tl.constexpr):
-    """Store ``x`` [CHUNK, BLOCK] at columns col.. of ``head`` in a contiguous [T, heads, width] tensor."""
-    cols = col + tl.arange(0, BLOCK)
-    mask = row_mask[:, None] & (cols < width)[None, :]
-    tl.store(ptr + (rows[:, None] * heads + head) * width + cols[None, :], x.to(ptr.dtype.element_ty), mask=mask)
+        v = load_chunk_rows(v_ptr, rows, row_mask, v_stride, head * dv, col, dv, BLOCK_V)
+        u = tl.dot(inverse, v * beta[:, None], input_precision=DOT)
+        store_chunk_rows(u_ptr, u, rows, row_mask, heads, head, col, dv, BLOCK_V)
 
 
 @jit
 def _delta_state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, states_ptr, chunk_states_ptr, slots_ptr, qsl_ptr, has_init_ptr,
                         first_chunk_ptr, heads, dk, dv, k_stride, g_stride, CHUNK: tl.constexpr,
-                        BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-                        DOT: tl.constexpr):
+                        BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, DOT: tl.constexpr):
     seq = tl.program_id(0)
     head = tl.program_id(1)
     col = tl.program_id(2) * BLOCK_V
@@ -251,11 +233,11 @@ def _delta_state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, states_ptr, chunk_states_ptr
         g = tl.load(g_ptr + rows * g_stride + head, mask=row_mask, other=0.0).to(tl.float32)
         cum = tl.cumsum(g, 0)
         total = tl.sum(g, 0)
-        w = _load_rows(w_ptr, rows, row_mask, heads * dk, head * dk, 0, dk, BLOCK_K)
-        corrected = _load_rows(u_ptr, rows, row_mask, heads * dv, head * dv, col, dv, BLOCK_V)
+        w = load_chunk_rows(w_ptr, rows, row_mask, heads * dk, head * dk, 0, dk, BLOCK_K)
+        corrected = load_chunk_rows(u_ptr, rows, row_mask, heads * dv, head * dv, col, dv, BLOCK_V)
         corrected -= tl.dot(w, state, input_precision=DOT)
-        _store_rows(u_ptr, corrected, rows, row_mask, heads, head, col, dv, BLOCK_V)
-        k = _load_rows(k_ptr, rows, row_mask, k_stride, head * dk, 0, dk, BLOCK_K)
+        store_chunk_rows(u_ptr, corrected, rows, row_mask, heads, head, col, dv, BLOCK_V)
+        k = load_chunk_rows(k_ptr, rows, row_mask, k_stride, head * dk, 0, dk, BLOCK_K)
         k_to_end = k * tl.exp(total - cum)[:, None]
         state = state * tl.exp(total) + tl.dot(tl.trans(k_to_end), corrected, input_precision=DOT)
     tl.store(states_ptr + slot * heads * dk * dv + tile, state, mask=tile_mask)
@@ -264,8 +246,7 @@ def _delta_state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, states_ptr, chunk_states_ptr
 @jit
 def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, starts_ptr, ends_ptr, scale, heads,
                          dk, dv, q_stride, k_stride, g_stride, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
-                         BLOCK_V: tl.constexpr,
-                         DOT: tl.constexpr):
+                         BLOCK_V: tl.constexpr, DOT: tl.constexpr):
     chunk = tl.program_id(0)
     head = tl.program_id(1)
     col = tl.program_id(2) * BLOCK_V
@@ -276,18 +257,17 @@ def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, 
     from_state = tl.zeros((CHUNK, BLOCK_V), dtype=tl.float32)
     scores = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     for dim in range(0, dk, BLOCK_K):
-        q = _load_rows(q_ptr, rows, row_mask, q_stride, head * dk, dim, dk, BLOCK_K)
-        k = _load_rows(k_ptr, rows, row_mask, k_stride, head * dk, dim, dk, BLOCK_K)
+        q = load_chunk_rows(q_ptr, rows, row_mask, q_stride, head * dk, dim, dk, BLOCK_K)
+        k = load_chunk_rows(k_ptr, rows, row_mask, k_stride, head * dk, dim, dk, BLOCK_K)
         dims = dim + tl.arange(0, BLOCK_K)
         state = tl.load(chunk_states_ptr + ((chunk * heads + head) * dk + dims[:, None]) * dv + cols[None, :],
                         mask=(dims < dk)[:, None] & (cols < dv)[None, :], other=0.0)
         from_state += tl.dot(q, state, input_precision=DOT)
         scores += tl.dot(q, tl.trans(k), input_precision=DOT)
-    index = tl.arange(0, CHUNK)
-    scores = tl.where(index[:, None] >= index[None, :], scores * tl.exp(cum[:, None] - cum[None, :]), 0.0)
-    corrected = _load_rows(u_ptr, rows, row_mask, heads * dv, head * dv, col, dv, BLOCK_V)
+    scores *= causal_decay(cum, CHUNK, False)
+    corrected = load_chunk_rows(u_ptr, rows, row_mask, heads * dv, head * dv, col, dv, BLOCK_V)
     out = (from_state * tl.exp(cum)[:, None] + tl.dot(scores, corrected, input_precision=DOT)) * scale
-    _store_rows(out_ptr, out, rows, row_mask, heads, head, col, dv, BLOCK_V)
+    store_chunk_rows(out_ptr, out, rows, row_mask, heads, head, col, dv, BLOCK_V)
 
 
 def chunk_gated_delta_rule_launches(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state,
@@ -298,20 +278,21 @@ def chunk_gated_delta_rule_launches(q, k, v, g, beta, states, slots, query_start
     each chunk's starting state [chunks, H, Dk, Dv]."""
     heads, dk, dv = states.shape[1:]
     tokens = q.shape[0]
-    chunk, block_v, precision = _chunk_tiles(v.dtype)
+    chunk, precision = chunk_precision(v.dtype)
     layout = chunk_layout(query_start_loc, tokens, chunk)
     w = torch.empty(tokens, heads, dk, dtype=torch.float32, device=q.device)
     u = torch.empty(tokens, heads, dv, dtype=torch.float32, device=q.device)
     chunk_states = torch.empty(layout.bound, heads, dk, dv, dtype=torch.float32, device=q.device)
     has_init = has_initial_state.to(torch.int8) if has_initial_state.dtype == torch.bool else has_initial_state
-    block_k, block_v = _tile(dk), min(_tile(dv), block_v)
+    # The state walk holds a [Dk, block_v] fp32 tile of the state: 32 columns, 16 for fp32 products.
+    block_k, block_v = dot_tile(dk), min(dot_tile(dv), 32 if precision == "tf32" else 16)
     tiles = {"CHUNK": chunk, "DOT": precision, "num_warps": 8}
     strides = (q.stride(0), k.stride(0), g.stride(0))
     return [
         Launch(_delta_transform_kernel, (layout.bound, heads),
                (k, v, g, beta, w, u, layout.starts, layout.ends, heads, dk, dv, k.stride(0), v.stride(0),
                 g.stride(0), beta.stride(0)),
-               {**tiles, "BLOCK_K": min(block_k, _BLOCK_K), "BLOCK_V": min(_tile(dv), _BLOCK_K)}),
+               {**tiles, "BLOCK_K": min(block_k, _BLOCK_K), "BLOCK_V": min(dot_tile(dv), _BLOCK_K)}),
         Launch(_delta_state_kernel, (slots.shape[0], heads, -(-dv // block_v)),
                (k, g, w, u, states, chunk_states, slots, query_start_loc, has_init, layout.first_chunk, heads, dk,
                 dv, k.stride(0), g.stride(0)),
@@ -322,19 +303,7 @@ def chunk_gated_delta_rule_launches(q, k, v, g, beta, states, slots, query_start
     ]
 
 
-def _tile(width: int) -> int:
-    return max(16, next_power_of_2(width))  # tl.dot's smallest side
-
-
 _BLOCK_K = 64  # columns of k, q or v a chunk's products take at a time
-
-
-def _chunk_tiles(dtype: torch.dtype) -> tuple[int, int, str]:
-    """(tokens per chunk, state columns per program, tl.dot precision). 16-bit inputs: chunks of 32 and
-    [Dk, 32] state tiles, TF32 products. fp32 inputs: fp32-accurate products (three TF32 passes) take
-    more registers, so chunks of 16 and [Dk, 16] tiles; larger ones spill (bench/compile_check.py)."""
-    precision = dot_precision(dtype)
-    return (32, 32, precision) if precision == "tf32" else (16, 16, precision)
 
 
 @jit

@@ -48,7 +48,7 @@ from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped
 from bulkinfer.kernels.gated_delta_rule import chunk_gated_delta_rule_launches, delta_decode_launch
 from bulkinfer.kernels.int_weight_gemm import int_weight_gemm_launch
 from bulkinfer.kernels.lora import lora_expand_launch, lora_shrink_launch, token_groups
-from bulkinfer.kernels.mamba_ssd import mamba_scan_launch
+from bulkinfer.kernels.mamba_ssd import mamba_chunk_scan_launches, mamba_decode_launch
 from bulkinfer.kernels.matmul import matmul_launch
 from bulkinfer.kernels.mla_decode import mla_decode_launches
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
@@ -409,17 +409,23 @@ def gated_delta_rule_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 
 
 def mamba_scan_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """A 512-token prefill of 3 sequences (the chunked kernels) and a decode step (the one-token kernel),
+    in the shape's dtype and in fp32 (whose chunked kernels take other tiles)."""
     launches = []
-    for heads, head_dim, state_size, groups in MAMBA_SHAPES:
+    for (heads, head_dim, state_size, groups), dtype in itertools.product(MAMBA_SHAPES, (shape.dtype, torch.float32)):
         for tokens in (3, 512):
             slots, bounds, initial = _step(tokens)
-            x = torch.zeros(tokens, heads, head_dim, dtype=shape.dtype)
-            dt = torch.zeros(tokens, heads, dtype=shape.dtype)
-            bc = torch.zeros(tokens, groups, state_size, dtype=shape.dtype)
+            x = torch.zeros(tokens, heads, head_dim, dtype=dtype)
+            dt = torch.zeros(tokens, heads, dtype=dtype)
+            bc = torch.zeros(tokens, groups, state_size, dtype=dtype)
             per_head = torch.zeros(heads)
             states = torch.zeros(HYBRID_SLOTS, heads, head_dim, state_size)
-            launches.append(mamba_scan_launch(x, dt, per_head, bc, bc, per_head, per_head, states, slots, bounds,
-                                              initial, True, torch.empty_like(x)))
+            if tokens > 3:
+                launches += mamba_chunk_scan_launches(x, dt, per_head, bc, bc, per_head, per_head, states, slots,
+                                                      bounds, initial, True, torch.empty_like(x))
+            else:
+                launches.append(mamba_decode_launch(x, dt, per_head, bc, bc, per_head, per_head, states, slots, True,
+                                                    torch.empty_like(x)))
     return launches
 
 
