@@ -247,7 +247,7 @@ def _delta_state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, states_ptr, chunk_states_ptr
 def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, starts_ptr, ends_ptr, scale, heads,
                          dk, dv, q_stride, k_stride, g_stride, CHUNK: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_V: tl.constexpr, DOT: tl.constexpr):
-    chunk = tl.program_id(0)
+    chunk = tl.program_id(0).to(tl.int64)  # the scratch of starting states passes 2**31 values in long steps
     head = tl.program_id(1)
     col = tl.program_id(2) * BLOCK_V
     rows = tl.load(starts_ptr + chunk).to(tl.int64) + tl.arange(0, CHUNK)

@@ -220,7 +220,7 @@ def _ssd_output_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dt_bias_ptr, c
                        ends_ptr, heads, groups, head_dim, state_size, x_stride, dt_stride, B_stride, C_stride,
                        DT_SOFTPLUS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_P: tl.constexpr,
                        BLOCK_N: tl.constexpr, DOT: tl.constexpr):
-    chunk = tl.program_id(0)
+    chunk = tl.program_id(0).to(tl.int64)  # the scratch of starting states passes 2**31 values in long steps
     head = tl.program_id(1)
     row = tl.program_id(2) * BLOCK_P
     group = head // (heads // groups)
