@@ -250,8 +250,12 @@ def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, 
     chunk = tl.program_id(0).to(tl.int64)  # the scratch of starting states passes 2**31 values in long steps
     head = tl.program_id(1)
     col = tl.program_id(2) * BLOCK_V
-    rows = tl.load(starts_ptr + chunk).to(tl.int64) + tl.arange(0, CHUNK)
-    row_mask = rows < tl.load(ends_ptr + chunk)
+    start = tl.load(starts_ptr + chunk).to(tl.int64)
+    end = tl.load(ends_ptr + chunk)
+    # The step's chunks are fewer than the grid: an empty one reads no rows of the scratch it never wrote.
+    state_rows = tl.where(start < end, dk, 0)
+    rows = start + tl.arange(0, CHUNK)
+    row_mask = rows < end
     cum = tl.cumsum(tl.load(g_ptr + rows * g_stride + head, mask=row_mask, other=0.0).to(tl.float32), 0)
     cols = col + tl.arange(0, BLOCK_V)
     from_state = tl.zeros((CHUNK, BLOCK_V), dtype=tl.float32)
@@ -261,7 +265,7 @@ def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, 
         k = load_chunk_rows(k_ptr, rows, row_mask, k_stride, head * dk, dim, dk, BLOCK_K)
         dims = dim + tl.arange(0, BLOCK_K)
         state = tl.load(chunk_states_ptr + ((chunk * heads + head) * dk + dims[:, None]) * dv + cols[None, :],
-                        mask=(dims < dk)[:, None] & (cols < dv)[None, :], other=0.0)
+                        mask=(dims < state_rows)[:, None] & (cols < dv)[None, :], other=0.0)
         from_state += tl.dot(q, state, input_precision=DOT)
         scores += tl.dot(q, tl.trans(k), input_precision=DOT)
     scores *= causal_decay(cum, CHUNK, False)

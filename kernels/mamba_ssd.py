@@ -224,8 +224,12 @@ def _ssd_output_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dt_bias_ptr, c
     head = tl.program_id(1)
     row = tl.program_id(2) * BLOCK_P
     group = head // (heads // groups)
-    rows = tl.load(starts_ptr + chunk).to(tl.int64) + tl.arange(0, CHUNK)
-    row_mask = rows < tl.load(ends_ptr + chunk)
+    start = tl.load(starts_ptr + chunk).to(tl.int64)
+    end = tl.load(ends_ptr + chunk)
+    # The step's chunks are fewer than the grid: an empty one reads no rows of the scratch it never wrote.
+    state_rows = tl.where(start < end, head_dim, 0)
+    rows = start + tl.arange(0, CHUNK)
+    row_mask = rows < end
     dt = _step_sizes(dt_ptr, rows, dt_stride, head, tl.load(dt_bias_ptr + head).to(tl.float32), row_mask,
                      DT_SOFTPLUS)
     cum = tl.cumsum(dt * tl.load(A_ptr + head).to(tl.float32), 0)
@@ -237,7 +241,8 @@ def _ssd_output_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dt_bias_ptr, c
         B = load_chunk_rows(B_ptr, rows, row_mask, B_stride, group * state_size, col, state_size, BLOCK_N)
         cols = col + tl.arange(0, BLOCK_N)
         state = tl.load(chunk_states_ptr + ((chunk * heads + head) * head_dim + dims[:, None]) * state_size
-                        + cols[None, :], mask=(dims < head_dim)[:, None] & (cols < state_size)[None, :], other=0.0)
+                        + cols[None, :], mask=(dims < state_rows)[:, None] & (cols < state_size)[None, :],
+                        other=0.0)
         from_state += tl.dot(C, tl.trans(state), input_precision=DOT)
         scores += tl.dot(C, tl.trans(B), input_precision=DOT)
     scores *= causal_decay(cum, CHUNK, False) * dt[None, :]
