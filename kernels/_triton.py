@@ -72,4 +72,3 @@ class Launch:
 def run_all(launches: list[Launch]) -> None:
     for launch in launches:
         launch()
-

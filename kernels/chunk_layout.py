@@ -43,7 +43,6 @@ def chunk_layout(query_start_loc: torch.Tensor, tokens: int, chunk: int) -> Chun
     return ChunkLayout(torch.where(real, starts, 0).int(), torch.where(real, ends, 0).int(), first.int())
 
 
-
 def chunk_precision(dtype: torch.dtype) -> tuple[int, str]:
     """(tokens per chunk, ``tl.dot`` precision) of the chunked kernels for inputs of ``dtype``. The
     products take fp32 operands. 16-bit inputs: chunks of 32, TF32 products (the inputs are exact in
@@ -55,6 +54,7 @@ def chunk_precision(dtype: torch.dtype) -> tuple[int, str]:
 def dot_tile(width: int) -> int:
     """The power-of-two tile that covers ``width``, at least ``tl.dot``'s smallest side."""
     return max(16, next_power_of_2(width))
+
 
 @jit
 def load_chunk_rows(ptr, rows, row_mask, row_stride, offset, col, width, BLOCK: tl.constexpr):

@@ -274,6 +274,9 @@ def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, 
     store_chunk_rows(out_ptr, out, rows, row_mask, heads, head, col, dv, BLOCK_V)
 
 
+_BLOCK_K = 64  # columns of k, q or v a chunk's products take at a time
+
+
 def chunk_gated_delta_rule_launches(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state,
                                     scale: float, out: torch.Tensor) -> list[Launch]:
     """The transform, the state walk and the output (see above). Grids: ``(chunks, H)``,
@@ -291,7 +294,6 @@ def chunk_gated_delta_rule_launches(q, k, v, g, beta, states, slots, query_start
     # The state walk holds a [Dk, block_v] fp32 tile of the state: 32 columns, 16 for fp32 products.
     block_k, block_v = dot_tile(dk), min(dot_tile(dv), 32 if precision == "tf32" else 16)
     tiles = {"CHUNK": chunk, "DOT": precision, "num_warps": 8}
-    strides = (q.stride(0), k.stride(0), g.stride(0))
     return [
         Launch(_delta_transform_kernel, (layout.bound, heads),
                (k, v, g, beta, w, u, layout.starts, layout.ends, heads, dk, dv, k.stride(0), v.stride(0),
@@ -302,12 +304,10 @@ def chunk_gated_delta_rule_launches(q, k, v, g, beta, states, slots, query_start
                 dv, k.stride(0), g.stride(0)),
                {**tiles, "BLOCK_K": block_k, "BLOCK_V": block_v}),
         Launch(_delta_output_kernel, (layout.bound, heads, -(-dv // block_v)),
-               (q, k, g, u, chunk_states, out, layout.starts, layout.ends, scale, heads, dk, dv, *strides),
+               (q, k, g, u, chunk_states, out, layout.starts, layout.ends, scale, heads, dk, dv, q.stride(0),
+                k.stride(0), g.stride(0)),
                {**tiles, "BLOCK_K": min(block_k, _BLOCK_K), "BLOCK_V": block_v}),
     ]
-
-
-_BLOCK_K = 64  # columns of k, q or v a chunk's products take at a time
 
 
 @jit
