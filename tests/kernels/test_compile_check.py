@@ -28,8 +28,9 @@ from bulkinfer.kernels.target import KNOWN_TARGETS, KernelTarget, check_supporte
 KERNELS = {"_extend_kernel", "_decode_kernel", "_merge_splits_kernel", "_store_kv_kernel", "_rotary_kernel",
            "_rms_norm_kernel", "_silu_and_mul_kernel", "_grouped_gemm_kernel",
            "_matmul_kernel", "_int_weight_gemm_kernel", "_fp8_gemm_kernel", "_lora_shrink_kernel",
-           "_lora_expand_kernel", "_conv_tokens_kernel", "_conv_state_kernel", "_gated_delta_kernel",
-           "_mamba_scan_kernel", "_mla_decode_kernel"}
+           "_lora_expand_kernel", "_conv_tokens_kernel", "_conv_state_kernel", "_delta_transform_kernel",
+           "_delta_state_kernel", "_delta_output_kernel", "_delta_decode_kernel",
+           "_ssd_state_kernel", "_ssd_output_kernel", "_ssd_decode_kernel", "_mla_decode_kernel"}
 
 
 COMPILED_ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -277,8 +278,10 @@ print(*counts)
 
 def test_hybrid_steps_compile_nothing_new():
     # Decode steps and prefills of any token count, over pools of any size, share one variant per
-    # kernel and tile: conv (2 kernels, any channel count), delta rule (1), Mamba2 scan (one per state size: 2).
+    # kernel and tile: conv (2 kernels, any channel count), delta rule (the chunked prefill's 3 kernels and
+    # the decode kernel, in bf16 and in fp32: 8), Mamba2 scan (the chunked prefill's 2 kernels and the decode
+    # kernel, per state size, in bf16 and in fp32: 12).
     done = subprocess.run([sys.executable, "-c", _HYBRID_BIND_SCRIPT], env=COMPILED_ENV, capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-3:] == ["5", "5", "5"]
+    assert done.stdout.split()[-3:] == ["22", "22", "22"]

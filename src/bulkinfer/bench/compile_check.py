@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import multiprocessing
 import os
@@ -44,10 +45,10 @@ from bulkinfer.kernels.causal_conv1d import causal_conv1d_launches
 from bulkinfer.kernels.expert_weights import ExpertWeights
 from bulkinfer.kernels.fp8_gemm import FP8, block_scales, fp8_gemm_launch, fp8_tensor_cores
 from bulkinfer.kernels.fused_moe import align_by_expert, choose_block_m, grouped_gemm_launch
-from bulkinfer.kernels.gated_delta_rule import gated_delta_rule_launch
+from bulkinfer.kernels.gated_delta_rule import chunk_gated_delta_rule_launches, delta_decode_launch
 from bulkinfer.kernels.int_weight_gemm import int_weight_gemm_launch
 from bulkinfer.kernels.lora import lora_expand_launch, lora_shrink_launch, token_groups
-from bulkinfer.kernels.mamba_ssd import mamba_scan_launch
+from bulkinfer.kernels.mamba_ssd import mamba_chunk_scan_launches, mamba_decode_launch
 from bulkinfer.kernels.matmul import matmul_launch
 from bulkinfer.kernels.mla_decode import mla_decode_launches
 from bulkinfer.kernels.paged_attention import _extend_kernel, attention_launches
@@ -357,7 +358,8 @@ def lora_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 
 
 # Hybrid models' recurrent layers. Gated delta rule: (v heads, Dk, Dv) of Qwen3-Next-80B (q and k
-# repeated from 16 to its 32 value heads). Mamba2: (heads, head_dim, state, groups) of Granite-4.0-H
+# repeated from 16 to its 32 value heads); Qwen3.5's linear attention has the same head sizes, and the
+# head count is a runtime argument. Mamba2: (heads, head_dim, state, groups) of Granite-4.0-H
 # and Falcon-H1. Conv: (channels, taps) of each model's convolution in front of them.
 DELTA_SHAPES = ((32, 128, 128),)
 MAMBA_SHAPES = ((128, 64, 128, 1), (24, 128, 256, 1))
@@ -388,31 +390,43 @@ def causal_conv1d_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
 
 
 def gated_delta_rule_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """A 512-token prefill of 3 sequences (the chunked kernels) and a decode step (the one-token kernel),
+    in the shape's dtype and in fp32 (whose chunked kernels take other tiles)."""
     launches = []
-    for heads, dk, dv in DELTA_SHAPES:
+    for (heads, dk, dv), dtype in itertools.product(DELTA_SHAPES, (shape.dtype, torch.float32)):
         for tokens in (3, 512):
             slots, bounds, initial = _step(tokens)
-            qk = torch.zeros(tokens, heads, dk, dtype=shape.dtype)
-            v = torch.zeros(tokens, heads, dv, dtype=shape.dtype)
-            gates = torch.zeros(tokens, heads, dtype=shape.dtype)
+            qk = torch.zeros(tokens, heads, dk, dtype=dtype)
+            v = torch.zeros(tokens, heads, dv, dtype=dtype)
+            gates = torch.zeros(tokens, heads, dtype=dtype)
             states = torch.zeros(HYBRID_SLOTS, heads, dk, dv)
-            launches.append(gated_delta_rule_launch(qk, qk, v, gates, gates, states, slots, bounds, initial,
-                                                    dk ** -0.5, torch.empty_like(v)))
+            if tokens > 3:
+                launches += chunk_gated_delta_rule_launches(qk, qk, v, gates, gates, states, slots, bounds, initial,
+                                                            dk ** -0.5, torch.empty_like(v))
+            else:
+                launches.append(delta_decode_launch(qk, qk, v, gates, gates, states, slots, dk ** -0.5,
+                                                    torch.empty_like(v)))
     return launches
 
 
 def mamba_scan_cases(shape: Shape, target: KernelTarget) -> list[Launch]:
+    """A 512-token prefill of 3 sequences (the chunked kernels) and a decode step (the one-token kernel),
+    in the shape's dtype and in fp32 (whose chunked kernels take other tiles)."""
     launches = []
-    for heads, head_dim, state_size, groups in MAMBA_SHAPES:
+    for (heads, head_dim, state_size, groups), dtype in itertools.product(MAMBA_SHAPES, (shape.dtype, torch.float32)):
         for tokens in (3, 512):
             slots, bounds, initial = _step(tokens)
-            x = torch.zeros(tokens, heads, head_dim, dtype=shape.dtype)
-            dt = torch.zeros(tokens, heads, dtype=shape.dtype)
-            bc = torch.zeros(tokens, groups, state_size, dtype=shape.dtype)
+            x = torch.zeros(tokens, heads, head_dim, dtype=dtype)
+            dt = torch.zeros(tokens, heads, dtype=dtype)
+            bc = torch.zeros(tokens, groups, state_size, dtype=dtype)
             per_head = torch.zeros(heads)
             states = torch.zeros(HYBRID_SLOTS, heads, head_dim, state_size)
-            launches.append(mamba_scan_launch(x, dt, per_head, bc, bc, per_head, per_head, states, slots, bounds,
-                                              initial, True, torch.empty_like(x)))
+            if tokens > 3:
+                launches += mamba_chunk_scan_launches(x, dt, per_head, bc, bc, per_head, per_head, states, slots,
+                                                      bounds, initial, True, torch.empty_like(x))
+            else:
+                launches.append(mamba_decode_launch(x, dt, per_head, bc, bc, per_head, per_head, states, slots, True,
+                                                    torch.empty_like(x)))
     return launches
 
 
