@@ -22,6 +22,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     GenerationConfig,
+    Lfm2Config,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -123,7 +124,12 @@ ARCHS.update({
     "qwen3_5": (Qwen3_5TextConfig, dict(seed=41, **_HYBRID)),
     "qwen3_5_moe": (Qwen3_5MoeTextConfig, dict(seed=42, **_HYBRID, **_HYBRID_MOE)),
 })
-HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+# LFM2: short-convolution layers (biased here, to cover the biases) around one attention layer with q/k norms,
+# tied embeddings, and an MLP width by its own rule (int(2 * 128 / 3) = 85, times 0.75, up to a multiple of 32: 64).
+ARCHS["lfm2"] = (Lfm2Config, dict(seed=43, num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"],
+                                  conv_bias=True, conv_L_cache=3, block_multiple_of=32, block_ffn_dim_multiplier=0.75,
+                                  norm_eps=1e-5, eos_list=True))
+HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "lfm2")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.

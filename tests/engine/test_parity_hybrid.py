@@ -1,5 +1,6 @@
-"""Hybrid models (Qwen3-Next, Qwen3.5 dense and MoE: gated delta-net layers beside gated attention) against
-transformers on tiny checkpoints, in fp32: their recurrent state lives in the engine's state pool."""
+"""Hybrid models (Qwen3-Next, Qwen3.5 dense and MoE: gated delta-net layers beside gated attention; LFM2: short
+convolutions beside attention) against transformers on tiny checkpoints, in fp32: their recurrent state lives in
+the engine's state pool."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_logits_and_greedy_match_transformers(checkpoint_factory, arch):
                                atol=2e-4)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5", "lfm2"])
 def test_greedy_matches_with_chunked_prefill_and_preemption(checkpoint_factory, arch):
     """7-token steps (each prompt's state carried from chunk to chunk) and 16 blocks of 4 tokens for eight
     requests of up to 46 tokens (preemption frees the slot, and the recomputed sequence rebuilds its state)."""

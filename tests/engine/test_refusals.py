@@ -19,6 +19,9 @@ from bulkinfer.models.config import UnsupportedModelError
     # Natively supported; the transformers path has no state pool.
     (dict(architectures=["Qwen3NextForCausalLM"], layer_types=["linear_attention", "full_attention"],
           model_impl="transformers"), "hybrid recurrent"),
+    (dict(architectures=["Lfm2ForCausalLM"], model_type="lfm2", full_attn_idxs=[1], model_impl="transformers"),
+     "Qwen3.5 and LFM2 (model_impl auto or native)"),
+    (dict(architectures=["Lfm2MoeForCausalLM"], model_type="lfm2_moe"), "short convolutions"),
     (dict(architectures=["MyModelForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_my.MyModel"}),
      "remote code"),
     (dict(architectures=["MptForCausalLM"], model_type="mpt"), "attention interface"),

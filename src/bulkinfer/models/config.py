@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
+from bulkinfer.layers.short_conv import ShortConvShape
+from bulkinfer.models.lfm2 import lfm2_keys
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -31,6 +33,8 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3NextForCausalLM": {"qk_norm": True, "moe": "qwen3_next", "hybrid": "qwen3_next"},
     "Qwen3_5ForCausalLM": {"qk_norm": True, "hybrid": "qwen3_5"},
     "Qwen3_5MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_5_moe", "hybrid": "qwen3_5"},
+    # Short-convolution layers beside plain attention with q/k norms (models/lfm2.py translates its keys).
+    "Lfm2ForCausalLM": {"qk_norm": True, "hybrid": "lfm2"},
 }
 # gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
 _DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
@@ -71,14 +75,24 @@ class MoEConfig:
 
 @dataclass(frozen=True)
 class HybridConfig:
-    """Qwen3-Next and Qwen3.5: gated delta-net (linear attention) layers among full-attention ones, whose
-    attention gates its output and whose RMSNorms scale by 1 + weight."""
+    """Recurrent layers among full-attention ones: Qwen3-Next's and Qwen3.5's gated delta-nets (their attention
+    gates its output and their RMSNorms scale by 1 + weight), or LFM2's short convolutions."""
 
-    linear_layers: frozenset[int]
-    delta_net: GatedDeltaNetShape
+    linear_layers: frozenset[int]  # the layers with a recurrent token mixer instead of attention
+    delta_net: GatedDeltaNetShape | None
+    short_conv: ShortConvShape | None = None
+
+    @property
+    def qwen_next_parts(self) -> bool:
+        """The attention output gate and the 1 + weight norms that come with the gated delta-net."""
+        return self.delta_net is not None
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "HybridConfig":
+        if family == "lfm2":
+            conv = ShortConvShape(hf["hidden_size"], hf.get("conv_L_cache", 3), hf.get("conv_bias", False))
+            layers = frozenset(i for i, kind in enumerate(hf["layer_types"]) if kind == "conv")
+            return cls(layers, None, conv)
         kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % hf.get("full_attention_interval", 4) == 0
                                           else "linear_attention" for i in range(hf["num_hidden_layers"])]
         shape = GatedDeltaNetShape(hf["hidden_size"], hf["linear_num_key_heads"], hf["linear_num_value_heads"],
@@ -135,6 +149,11 @@ class ModelConfig:
     def is_linear_attention(self, layer: int) -> bool:
         return self.hybrid is not None and layer in self.hybrid.linear_layers
 
+    @property
+    def qwen_next_parts(self) -> bool:
+        """Gated attention output and 1 + weight RMSNorms (Qwen3-Next's and Qwen3.5's)."""
+        return self.hybrid is not None and self.hybrid.qwen_next_parts
+
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers
 
@@ -145,6 +164,8 @@ class ModelConfig:
             raise UnsupportedModelError(f"{architecture} with bidirectional attention (is_causal false): "
                                         "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
+        if parts.get("hybrid") == "lfm2":
+            hf = lfm2_keys(hf)
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
         dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD

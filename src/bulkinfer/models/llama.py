@@ -1,7 +1,8 @@
 """The Llama-family decoder: Llama (incl. llama3 rope), Mistral, Qwen2 (qkv bias), Qwen3 (q/k norm), and
 their mixture-of-experts kin Mixtral, Qwen2-MoE and Qwen3-MoE (a sparse MLP in some or all layers),
 gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN, biased clamped-SwiGLU experts),
-and the hybrids Qwen3-Next and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py).
+the hybrids Qwen3-Next and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py),
+and LFM2 (short convolutions beside attention, layers/short_conv.py; its names translated by models/lfm2.py).
 
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
@@ -23,8 +24,9 @@ from bulkinfer.layers.norm import RMSNorm
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.layers.rotary import cos_sin_cache
+from bulkinfer.layers.short_conv import ShortConv
 from bulkinfer.layers.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
-from bulkinfer.models.config import ModelConfig
+from bulkinfer.models.config import HybridConfig, ModelConfig
 
 # What tensor parallelism splits, as its error messages name them.
 HEADS, KV_HEADS, MLP_COLUMNS = "attention heads", "key/value heads", "MLP columns (intermediate_size)"
@@ -51,7 +53,7 @@ class OffsetRMSNorm(RMSNorm):
 
 
 def make_norm(config: ModelConfig, size: int, ops: KernelOps) -> RMSNorm:
-    return (OffsetRMSNorm if config.hybrid is not None else RMSNorm)(size, config.rms_norm_eps, ops)
+    return (OffsetRMSNorm if config.qwen_next_parts else RMSNorm)(size, config.rms_norm_eps, ops)
 
 
 class Attention(nn.Module):
@@ -63,8 +65,8 @@ class Attention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim ** -0.5
-        # A hybrid's attention gates its output: each query head's projection is followed by its gate's.
-        self.output_gate = config.hybrid is not None
+        # Qwen3-Next's attention gates its output: each query head's projection is followed by its gate's.
+        self.output_gate = config.qwen_next_parts
         self.q_width = (2 if self.output_gate else 1) * self.q_size
         # This rank's q rows, then its k rows, then its v rows (the loader lays them out so).
         self.qkv_proj = ColumnParallelLinear(config.hidden_size, (config.num_heads * self.q_width // self.q_size
@@ -125,14 +127,21 @@ def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel
                           moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu)
 
 
+def make_recurrent_mixer(hybrid: HybridConfig) -> nn.Module:
+    """A hybrid's recurrent token mixer: LFM2's short convolution or Qwen's gated delta-net."""
+    if hybrid.short_conv is not None:
+        return ShortConv(hybrid.short_conv)
+    return GatedDeltaNet(hybrid.delta_net)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.input_layernorm = make_norm(config, config.hidden_size, ops)
-        # The token mixer: attention, or a hybrid's gated delta-net (its state in the engine's pool).
+        # The token mixer: attention, or a hybrid's recurrent layer (its state in the engine's pool).
         self.self_attn = self.linear_attn = None
         if config.is_linear_attention(layer):
-            self.linear_attn = GatedDeltaNet(config.hybrid.delta_net)
+            self.linear_attn = make_recurrent_mixer(config.hybrid)
         else:
             self.self_attn = Attention(config, layer, ops, tp)
         self.post_attention_layernorm = make_norm(config, config.hidden_size, ops)
@@ -221,7 +230,7 @@ class CausalLM(nn.Module):
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn for layer in self.model.layers if layer.self_attn is not None]
 
-    def recurrent_layers(self) -> list[GatedDeltaNet]:
+    def recurrent_layers(self) -> list[nn.Module]:
         """The layers whose per-sequence state lives in the engine's state pool (a hybrid's)."""
         return [layer.linear_attn for layer in self.model.layers if layer.linear_attn is not None]
 

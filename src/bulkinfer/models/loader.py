@@ -18,6 +18,7 @@ from bulkinfer.layers.quantize import quantize_layers
 from bulkinfer.layers.quantized_weights import WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.gpt_oss_weights import gpt_oss_tensors
+from bulkinfer.models.lfm2 import LFM2_RENAMES
 from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.quantization.config import quantization_from_hf
 from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
@@ -94,8 +95,9 @@ def _quantized_modules(path: Path, config: ModelConfig) -> dict[str, WeightForma
     return dict.fromkeys(modules, fmt)
 
 
-# Mixtral's names for its experts -> Qwen's, which are ours.
-_RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
+# LFM2's names -> ours, then Mixtral's names for its experts -> Qwen's, which are ours.
+_RENAMES = [*LFM2_RENAMES,
+            (re.compile(r"\.block_sparse_moe\."), ".mlp."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),
             (re.compile(r"(\.experts\.\d+)\.w2\."), r"\1.down_proj.")]
@@ -209,8 +211,8 @@ def _parts(param_name: str, param: torch.Tensor) -> int:
 def _qkv_rows(which: str, config: ModelConfig, tp_size: int, rows: int) -> slice:
     """Where one rank's slice of q, k or v sits in its fused parameter of ``rows`` rows: one per output,
     or, for fp8 block scales, one per block of outputs."""
-    # A hybrid's attention projects a gate beside each query head: q_proj is twice as wide.
-    q_width = 2 if config.hybrid is not None else 1
+    # Qwen3-Next's attention projects a gate beside each query head: q_proj is twice as wide.
+    q_width = 2 if config.qwen_next_parts else 1
     q, kv = q_width * config.num_heads * config.head_dim // tp_size, config.num_kv_heads * config.head_dim // tp_size
     start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[which]
     block = (q + 2 * kv) // rows
