@@ -1,5 +1,6 @@
-"""A job on a hybrid model (Qwen3.5: gated delta-net layers on the recurrent state pool) through `bulkinfer run`:
-its summary says why prefix caching is off, and a SIGKILLed run resumes to the uninterrupted run's rows."""
+"""A job on a hybrid model (Qwen3.5's gated delta-net layers, LFM2's short convolutions, on the recurrent state pool)
+through `bulkinfer run`: its summary says why prefix caching is off, and a SIGKILLed run resumes to the
+uninterrupted run's rows."""
 
 import json
 import subprocess
@@ -34,9 +35,11 @@ def _exported(out: Path) -> list[dict]:
     return read_results(destination)
 
 
-def test_run_reports_the_state_and_why_prefix_caching_is_off(tmp_path: Path, data: Path, hybrid: Path) -> None:
+@pytest.mark.parametrize("arch", ["qwen3_5", "lfm2"])
+def test_run_reports_the_state_and_why_prefix_caching_is_off(tmp_path: Path, data: Path, checkpoint_factory,
+                                                             arch: str) -> None:
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "bulkinfer", "run", "--model", str(hybrid), "--input", str(data),
+    command = [sys.executable, "-m", "bulkinfer", "run", "--model", str(checkpoint_factory(arch)), "--input", str(data),
                "--output", str(out), "--max-tokens", "4", "--temperature", "0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
