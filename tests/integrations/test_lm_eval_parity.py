@@ -1,6 +1,6 @@
 """The bulkinfer backend against lm_eval's own hf backend on the same models and local tasks:
 accuracy equal, log-likelihoods within 1e-3, greedy generations identical. The models: the native
-llama, the native hybrid Qwen3.5 (its recurrent state on the engine's pool), and architectures that run
+llama, the native hybrids Qwen3.5 and LFM2 (their recurrent state on the engine's pool), and architectures that run
 through the transformers path."""
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ MAX_LENGTH = 64  # small, so long texts need several rolling windows and long pr
 # scales its logits, so a log-likelihood taken before the scaling would show; DeepSeek-V2 has values narrower
 # than its keys.
 MODELS = {"llama": "native", "gemma3_text": "transformers", "granite": "transformers", "deepseek_v2": "transformers",
-          "qwen3_5": "native"}
+          "qwen3_5": "native", "lfm2": "native"}
 
 
 @pytest.fixture(scope="module", params=["llama", "granite", pytest.param("gemma3_text", marks=pytest.mark.slow),
                                         pytest.param("deepseek_v2", marks=pytest.mark.slow),
-                                        pytest.param("qwen3_5", marks=pytest.mark.slow)])
+                                        pytest.param("qwen3_5", marks=pytest.mark.slow),
+                                        pytest.param("lfm2", marks=pytest.mark.slow)])
 def model(request, checkpoint_factory) -> tuple[Path, str]:
     return checkpoint_factory(request.param), MODELS[request.param]
 
