@@ -40,9 +40,10 @@ def test_greedy_matches_with_chunked_prefill_and_preemption(checkpoint_factory, 
     assert llm.scheduler.state_slots.num_free == 4  # every slot back in the pool
 
 
-def test_prefix_caching_is_off_with_its_reason(checkpoint_factory):
+@pytest.mark.parametrize("arch", ["qwen3_5", "lfm2"])
+def test_prefix_caching_is_off_with_its_reason(checkpoint_factory, arch):
     """Shared prefixes get no cache hits (the state after them is not kept), and the stats say why."""
-    path = checkpoint_factory("qwen3_5")
+    path = checkpoint_factory(arch)
     shared = random_prompts(1, 20, 21, seed=2)[0]
     prompts = [shared + tail for tail in random_prompts(3, 3, 6, seed=4)]
     llm = LLM(str(path), block_size=4, max_model_len=64, enable_prefix_caching=True)
