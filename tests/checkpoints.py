@@ -23,6 +23,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     GenerationConfig,
     Lfm2Config,
+    Lfm2MoeConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -129,7 +130,13 @@ ARCHS.update({
 ARCHS["lfm2"] = (Lfm2Config, dict(seed=43, num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"],
                                   conv_bias=True, conv_L_cache=3, block_multiple_of=32, block_ffn_dim_multiplier=0.75,
                                   norm_eps=1e-5, eos_list=True))
-HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "lfm2")
+# LFM2-MoE: a dense first layer, then experts chosen by sigmoid scores swayed by a per-expert bias (random here,
+# zero as transformers builds it), the chosen scores renormalized and scaled by 1.5.
+ARCHS["lfm2_moe"] = (Lfm2MoeConfig, dict(seed=44, num_hidden_layers=4, layer_types=["conv", "full_attention",
+                                                                                     "conv", "conv"],
+                                         num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                                         moe_intermediate_size=32, routed_scaling_factor=1.5, eos_list=True))
+HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "lfm2", "lfm2_moe")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.
@@ -280,6 +287,9 @@ def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str, class
         model.get_input_embeddings().weight[tokenizer_size:] = 0
         if not classifier:
             model.get_output_embeddings().weight[tokenizer_size:] = 0
+        for name, buffer in model.named_buffers():
+            if name.endswith(".expert_bias"):  # LFM2-MoE's router bias: zero as built, so it would sway nothing
+                buffer.normal_(0.0, 0.3)
     return model.to(getattr(torch, dtype)).eval()
 
 

@@ -17,6 +17,8 @@ into each expert's first matmul, the down bias, whole on every rank, is added on
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,13 +32,36 @@ from bulkinfer.layers.parallel import TensorParallel
 EXPERT_COLUMNS, SHARED_COLUMNS = "expert MLP columns (moe_intermediate_size)", "shared expert MLP columns"
 
 
-def route(logits: torch.Tensor, top_k: int, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class SigmoidRouting:
+    """LFM2-MoE's router: an independent sigmoid score per expert, a learned bias per expert (``score_bias``)
+    that sways which experts are chosen but not their weights, and the chosen scores renormalized (with a 1e-6
+    floor) and multiplied by ``scaling_factor``."""
+
+    score_bias: bool
+    scaling_factor: float
+
+
+def route(logits: torch.Tensor, top_k: int, normalize: bool, sigmoid: SigmoidRouting | None = None,
+          score_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k]): the top-k of a softmax
-    over the experts in fp32, renormalized to sum to 1 if ``normalize``."""
+    over the experts in fp32, renormalized to sum to 1 if ``normalize``; or ``sigmoid``'s routing."""
+    if sigmoid is not None:
+        return _sigmoid_route(logits, top_k, normalize, sigmoid.scaling_factor, score_bias)
     weights, ids = torch.softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
     if normalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights, ids
+
+
+def _sigmoid_route(logits: torch.Tensor, top_k: int, normalize: bool, scaling_factor: float,
+                   score_bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = logits.float().sigmoid()
+    ids = (scores if score_bias is None else scores + score_bias).topk(top_k, dim=-1).indices
+    weights = scores.gather(1, ids)
+    if normalize:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-6)
+    return weights * scaling_factor, ids
 
 
 class FusedExperts(nn.Module):
@@ -81,14 +106,18 @@ class FusedExperts(nn.Module):
 
 class SparseMoeBlock(nn.Module):
     """Routed experts, plus Qwen2-MoE's shared expert (every token, scaled by a sigmoid gate) when
-    ``shared_intermediate_size`` is not 0. With ``bias`` the router and the experts have biases (gpt-oss)."""
+    ``shared_intermediate_size`` is not 0. With ``bias`` the router and the experts have biases (gpt-oss);
+    ``sigmoid_routing`` replaces the softmax router (LFM2-MoE)."""
 
     def __init__(self, hidden_size: int, num_experts: int, top_k: int, intermediate_size: int, normalize: bool,
                  shared_intermediate_size: int, ops: KernelOps, tp: TensorParallel, bias: bool = False,
-                 clamped_swiglu: tuple[float, float] | None = None):
+                 clamped_swiglu: tuple[float, float] | None = None, sigmoid_routing: SigmoidRouting | None = None):
         super().__init__()
         self.gate = Linear(hidden_size, num_experts, bias=bias)  # the router
-        self.top_k, self.normalize = top_k, normalize
+        self.top_k, self.normalize, self.sigmoid_routing = top_k, normalize, sigmoid_routing
+        self.score_bias = None
+        if sigmoid_routing is not None and sigmoid_routing.score_bias:  # fp32, as the router adds it
+            self.score_bias = nn.Parameter(torch.empty(num_experts, dtype=torch.float32))
         self.experts = FusedExperts(num_experts, hidden_size, intermediate_size, ops, tp, bias, clamped_swiglu)
         self.expert_bias = bias  # the experts may be swapped for quantized ones (layers/quantize.py), which have none
         self.shared_expert = self.shared_expert_gate = None
@@ -98,7 +127,7 @@ class SparseMoeBlock(nn.Module):
         self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
-        weights, ids = route(self.gate(x), self.top_k, self.normalize)
+        weights, ids = route(self.gate(x), self.top_k, self.normalize, self.sigmoid_routing, self.score_bias)
         out = self.tp.all_reduce(self.experts(x, weights, ids))
         if self.expert_bias:
             out = out + self.experts.weighted_down_bias(weights, ids).to(out.dtype)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
+from bulkinfer.layers.moe import SigmoidRouting
 from bulkinfer.layers.short_conv import ShortConvShape
 from bulkinfer.models.lfm2 import lfm2_keys
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
@@ -35,6 +36,7 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3_5MoeForCausalLM": {"qk_norm": True, "moe": "qwen3_5_moe", "hybrid": "qwen3_5"},
     # Short-convolution layers beside plain attention with q/k norms (models/lfm2.py translates its keys).
     "Lfm2ForCausalLM": {"qk_norm": True, "hybrid": "lfm2"},
+    "Lfm2MoeForCausalLM": {"qk_norm": True, "hybrid": "lfm2", "moe": "lfm2_moe"},
 }
 # gpt-oss ships its experts in MXFP4; the loader dequantizes them (models/gpt_oss_weights.py).
 _DEQUANTIZED_AT_LOAD = {("GptOssForCausalLM", "mxfp4")}
@@ -52,6 +54,7 @@ class MoEConfig:
     sparse_layers: frozenset[int]
     bias: bool = False  # gpt-oss: the router and every expert projection have a bias
     clamped_swiglu: tuple[float, float] | None = None  # gpt-oss's activation (limit, alpha); None: SiLU and multiply
+    sigmoid_routing: SigmoidRouting | None = None  # LFM2-MoE's router; None: a softmax over the experts
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "MoEConfig":
@@ -61,6 +64,11 @@ class MoEConfig:
         num_experts = hf["num_local_experts"] if "num_local_experts" in hf else hf["num_experts"]
         if family == "mixtral":  # every layer sparse, weights always renormalized
             return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers))
+        if family == "lfm2_moe":  # dense MLPs in the first num_dense_layers layers
+            routing = SigmoidRouting(hf.get("use_expert_bias", True), hf.get("routed_scaling_factor", 1.0))
+            return cls(num_experts, hf["num_experts_per_tok"], hf["moe_intermediate_size"],
+                       hf.get("norm_topk_prob", True), 0, frozenset(layers[hf.get("num_dense_layers", 2):]),
+                       sigmoid_routing=routing)
         if family == "gpt_oss":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
             return cls(num_experts, hf["num_experts_per_tok"], hf["intermediate_size"], True, 0, frozenset(layers),
                        bias=True, clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
@@ -165,7 +173,7 @@ class ModelConfig:
                                         "bulkinfer's attention is causal")
         parts = SUPPORTED_ARCHITECTURES[architecture]
         if parts.get("hybrid") == "lfm2":
-            hf = lfm2_keys(hf)
+            hf = lfm2_keys(hf, moe="moe" in parts)
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
         dequantized = (architecture, method) in _DEQUANTIZED_AT_LOAD

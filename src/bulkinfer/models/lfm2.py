@@ -10,28 +10,31 @@ from __future__ import annotations
 import re
 
 # LFM2's tensor names -> the shared decoder's (before the loader fuses q/k/v and gate/up). An LFM2-MoE expert's
-# w1/w3/w2 then take Mixtral's expert renames.
+# w1/w3/w2 then take Mixtral's expert renames; its router's per-expert bias is our score_bias.
 LFM2_RENAMES = [(re.compile(r"\.operator_norm\."), ".input_layernorm."),
                 (re.compile(r"\.ffn_norm\."), ".post_attention_layernorm."),
                 (re.compile(r"\.feed_forward\."), ".mlp."),
                 (re.compile(r"\.mlp\.w1\."), ".mlp.gate_proj."),
                 (re.compile(r"\.mlp\.w3\."), ".mlp.up_proj."),
                 (re.compile(r"\.mlp\.w2\."), ".mlp.down_proj."),
+                (re.compile(r"\.mlp\.expert_bias$"), ".mlp.score_bias"),
                 (re.compile(r"\.self_attn\.out_proj\."), ".self_attn.o_proj."),
                 (re.compile(r"\.self_attn\.([qk])_layernorm\."), r".self_attn.\1_norm."),
                 (re.compile(r"(\.layers\.\d+)\.conv\."), r"\1.linear_attn."),
                 (re.compile(r"^model\.embedding_norm\."), "model.norm.")]
 
 
-def lfm2_keys(hf: dict) -> dict:
-    """LFM2's config.json with the keys the shared decoder reads: its MLP's real width, its norm epsilon, which
-    layers are attention (``layer_types``, or ``full_attn_idxs`` in older files), and transformers' LFM2
-    defaults (tied embeddings, rope theta 1e6) where the file leaves them out."""
+def lfm2_keys(hf: dict, moe: bool = False) -> dict:
+    """LFM2's config.json with the keys the shared decoder reads: its MLP's real width (LFM2-MoE's dense layers
+    take intermediate_size as it is), its norm epsilon, which layers are attention (``layer_types``, or
+    ``full_attn_idxs`` in older files), and transformers' LFM2 defaults (tied embeddings, rope theta 1e6) where
+    the file leaves them out."""
     attention = hf.get("full_attn_idxs")
     kinds = hf.get("layer_types") or ["full_attention" if attention is None or layer in attention else "conv"
                                       for layer in range(hf["num_hidden_layers"])]
     rope = hf.get("rope_parameters") or {}
-    return {**hf, "intermediate_size": lfm2_mlp_width(hf), "rms_norm_eps": hf.get("norm_eps", 1e-5),
+    width = hf.get("intermediate_size", 7168) if moe else lfm2_mlp_width(hf)
+    return {**hf, "intermediate_size": width, "rms_norm_eps": hf.get("norm_eps", 1e-5),
             "layer_types": kinds, "tie_word_embeddings": hf.get("tie_embedding", hf.get("tie_word_embeddings", True)),
             "rope_theta": hf.get("rope_theta") or rope.get("rope_theta", 1e6),
             "max_position_embeddings": hf.get("max_position_embeddings", 128_000)}

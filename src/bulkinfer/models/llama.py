@@ -124,7 +124,7 @@ def make_mlp(config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel
     if not config.is_sparse(layer):
         return MLP(config.hidden_size, config.intermediate_size, ops, tp, MLP_COLUMNS)
     return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.normalize,
-                          moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu)
+                          moe.shared_intermediate_size, ops, tp, moe.bias, moe.clamped_swiglu, moe.sigmoid_routing)
 
 
 def make_recurrent_mixer(hybrid: HybridConfig) -> nn.Module:
