@@ -4,10 +4,14 @@ the older full_attn_idxs, and its aliases (block_ff_dim, tie_embedding) and defa
 from __future__ import annotations
 
 import pytest
+import torch
 from transformers import Lfm2Config
 from transformers.models.lfm2.modeling_lfm2 import Lfm2MLP
 
+from bulkinfer.engine.kv_budget import kv_bytes_per_token
+from bulkinfer.engine.state_pool import StatePool
 from bulkinfer.models.config import ModelConfig
+from bulkinfer.models.llama import CausalLM
 
 # LFM2-350M's config.json as released (the keys that matter): attention layers by index, the MLP by block_ff_dim.
 RELEASED_350M = dict(architectures=["Lfm2ForCausalLM"], model_type="lfm2", vocab_size=65536, hidden_size=1024,
@@ -54,3 +58,15 @@ def test_released_350m_widths():
     assert config.intermediate_size == 4608 and config.num_attention_layers == 6
     assert not config.qwen_next_parts and config.hybrid.short_conv.bias is False
     assert ModelConfig.from_hf(dict(RELEASED_350M, block_ffn_dim_multiplier=None)).intermediate_size == 4437
+
+
+def test_lfm2_1_2b_state_and_kv_bytes():
+    """LFM2-1.2B as built here: 1.17 G parameters, as Liquid publishes; in bf16 its 10 convolution layers keep
+    81,920 bytes of state per sequence and its 6 attention layers 12,288 bytes of KV per token (docs/models.md)."""
+    hf = dict(RELEASED_350M, hidden_size=2048, num_attention_heads=32, block_dim=2048, block_ff_dim=12288,
+              torch_dtype="bfloat16")
+    with torch.device("meta"):
+        model = CausalLM(ModelConfig.from_hf(hf), ops=None, max_position=16).to(torch.bfloat16)
+    assert abs(sum(param.numel() for param in model.parameters()) - 1.17e9) < 5e6
+    assert StatePool.bytes_per_sequence(model.recurrent_layers()) == 10 * 2048 * 2 * 2
+    assert kv_bytes_per_token(model.kv_shapes(), torch.bfloat16) == 6 * 2 * 8 * 64 * 2 == 12_288
