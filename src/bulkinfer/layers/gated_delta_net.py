@@ -2,9 +2,9 @@
 over q, k and v, then the gated delta rule, whose fixed-size state per sequence lives in the engine's state pool.
 
 Decoding sequences advance with one batched call per kernel; prefilling ones (first or later chunks) go through
-the prefill kernels, which continue from the pool where ``has_initial_state`` says so (the convolution's split is
-layers/step_conv.py's). The layer owns no state
-of its own: ``states`` (conv windows [S, C, K-1], delta states [S, Hv, Dk, Dv] fp32) is bound by the model runner.
+the prefill kernels, which continue from the pool where ``has_initial_state`` says so (layers/step_conv.py splits
+the convolution so). The layer owns no state of its own: ``states`` (conv windows [S, C, K-1], delta states
+[S, Hv, Dk, Dv] fp32) is bound by the model runner.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ EXPERT_COLUMNS, SHARED_COLUMNS = "expert MLP columns (moe_intermediate_size)", "
 @dataclass(frozen=True)
 class SigmoidRouting:
     """LFM2-MoE's router: an independent sigmoid score per expert, a learned bias per expert (``score_bias``)
-    that sways which experts are chosen but not their weights, and the chosen scores renormalized (with a 1e-6
-    floor) and multiplied by ``scaling_factor``."""
+    that sways which experts are chosen but not their weights, and the chosen scores renormalized (1e-6 added
+    to their sum) and multiplied by ``scaling_factor``."""
 
     score_bias: bool
     scaling_factor: float

@@ -90,11 +90,6 @@ class HybridConfig:
     delta_net: GatedDeltaNetShape | None
     short_conv: ShortConvShape | None = None
 
-    @property
-    def qwen_next_parts(self) -> bool:
-        """The attention output gate and the 1 + weight norms that come with the gated delta-net."""
-        return self.delta_net is not None
-
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "HybridConfig":
         if family == "lfm2":
@@ -159,8 +154,8 @@ class ModelConfig:
 
     @property
     def qwen_next_parts(self) -> bool:
-        """Gated attention output and 1 + weight RMSNorms (Qwen3-Next's and Qwen3.5's)."""
-        return self.hybrid is not None and self.hybrid.qwen_next_parts
+        """Gated attention output and 1 + weight RMSNorms, which come with Qwen3-Next's and Qwen3.5's delta-nets."""
+        return self.hybrid is not None and self.hybrid.delta_net is not None
 
     def is_sparse(self, layer: int) -> bool:
         return self.moe is not None and layer in self.moe.sparse_layers

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-# LFM2's tensor names -> the shared decoder's (before the loader fuses q/k/v and gate/up). An LFM2-MoE expert's
+# LFM2's tensor names -> the shared decoder's (before the loader fuses q/k/v and gate/up). A convolution layer is
+# the decoder layer's recurrent mixer (``linear_attn``, as Qwen names its delta-net). An LFM2-MoE expert's
 # w1/w3/w2 then take Mixtral's expert renames; its router's per-expert bias is our score_bias.
 LFM2_RENAMES = [(re.compile(r"\.operator_norm\."), ".input_layernorm."),
                 (re.compile(r"\.ffn_norm\."), ".post_attention_layernorm."),
