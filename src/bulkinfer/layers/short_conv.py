@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.linear import Linear
 from bulkinfer.layers.step_conv import causal_conv1d_step
 
 
@@ -28,9 +29,10 @@ class ShortConv(nn.Module):
     def __init__(self, shape: ShortConvShape):
         super().__init__()
         hidden = shape.hidden_size
-        self.in_proj = nn.Linear(hidden, 3 * hidden, bias=shape.bias)
+        # Our Linear: oneDNN on the CPU, and batch-invariant in a deterministic engine.
+        self.in_proj = Linear(hidden, 3 * hidden, bias=shape.bias)
         self.conv = nn.Conv1d(hidden, hidden, shape.conv_kernel, groups=hidden, bias=shape.bias)
-        self.out_proj = nn.Linear(hidden, hidden, bias=shape.bias)
+        self.out_proj = Linear(hidden, hidden, bias=shape.bias)
         self.states: list[torch.Tensor] = []  # bound by the model runner: [conv windows]
 
     def state_specs(self) -> list[tuple[tuple[int, ...], torch.dtype]]:
