@@ -23,6 +23,8 @@ from transformers import (
     AutoModelForSequenceClassification,
     GenerationConfig,
     GraniteMoeHybridConfig,
+    Lfm2Config,
+    Lfm2MoeConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -138,7 +140,18 @@ ARCHS.update({
                                                                    "position_embedding_type": "rope",
                                                                    "tie_word_embeddings": True})),
 })
-HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "granite_h", "granite_h_dense")
+# LFM2: short-convolution layers (biased here, to cover the biases) around one attention layer with q/k norms,
+# tied embeddings, and an MLP width by its own rule (int(2 * 128 / 3) = 85, times 0.75, up to a multiple of 32: 64).
+ARCHS["lfm2"] = (Lfm2Config, dict(seed=43, num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"],
+                                  conv_bias=True, conv_L_cache=3, block_multiple_of=32, block_ffn_dim_multiplier=0.75,
+                                  norm_eps=1e-5, eos_list=True))
+# LFM2-MoE: a dense first layer, then experts chosen by sigmoid scores swayed by a per-expert bias (random here,
+# zero as transformers builds it), the chosen scores renormalized and scaled by 1.5.
+ARCHS["lfm2_moe"] = (Lfm2MoeConfig, dict(seed=44, num_hidden_layers=4, layer_types=["conv", "full_attention",
+                                                                                     "conv", "conv"],
+                                         num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                                         moe_intermediate_size=32, routed_scaling_factor=1.5, eos_list=True))
+HYBRID_ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "granite_h", "granite_h_dense", "lfm2", "lfm2_moe")
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 # Options make_checkpoint handles itself rather than passing to the config class.
@@ -289,6 +302,9 @@ def _random_model(config: Any, tokenizer_size: int, seed: int, dtype: str, class
         model.get_input_embeddings().weight[tokenizer_size:] = 0
         if not classifier:
             model.get_output_embeddings().weight[tokenizer_size:] = 0
+        for name, buffer in model.named_buffers():
+            if name.endswith(".expert_bias"):  # LFM2-MoE's router bias: zero as built, so it would sway nothing
+                buffer.normal_(0.0, 0.3)
     return model.to(getattr(torch, dtype)).eval()
 
 

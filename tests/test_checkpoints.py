@@ -57,7 +57,8 @@ def test_config_has_the_arch_features(checkpoint_factory, arch):
     assert config["vocab_size"] % 8 == 0
     assert ("model.layers.0.self_attn.q_proj.bias" in names) == (arch in ("qwen2", "qwen2_moe"))
     assert ("model.layers.0.self_attn.q_norm.weight" in names) == (arch in ("qwen3", "qwen3_moe"))
-    assert any(".experts.1." in name for name in names) == (arch in (*MOE_ARCHS, "qwen3_next", "qwen3_5_moe"))
+    with_experts = (*MOE_ARCHS, "qwen3_next", "qwen3_5_moe", "lfm2_moe")
+    assert any(".experts.1." in name for name in names) == (arch in with_experts)
     assert ("lm_head.weight" in names) == (not config["tie_word_embeddings"])
     rope = config["rope_parameters"]
     assert rope["rope_type"] == ("llama3" if arch == "llama3" else "default")

@@ -80,6 +80,15 @@ def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_fa
     assert run(path, batch, max_num_batched_tokens=24) == alone
 
 
+def test_lfm2_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory):
+    """Short convolutions, their state carried across chunks in the state pool, keep a request's bits."""
+    path = checkpoint_factory("lfm2")
+    batch = [3, 0, 2, 1]
+    llm = LLM(str(path), **ENGINE, enable_prefix_caching=False)
+    alone = [results(llm.generate([prompts()[i]], [params(i)], use_tqdm=False))[0] for i in batch]
+    assert run(path, batch, max_num_batched_tokens=24) == alone
+
+
 def test_gpt_oss_in_a_chunked_mixed_batch_matches_alone(tiny_gpt_oss):
     """Sinks, per-layer windows and biased experts (dtype float32: the checkpoint's) keep a request's bits."""
     batch = [3, 0, 2, 1]

@@ -1,6 +1,6 @@
 """Hybrid models (Qwen3-Next, Qwen3.5 dense and MoE: gated delta-net layers beside gated attention; Granite 4.0-H
-with and without experts: Mamba2 layers beside attention) against transformers on tiny checkpoints, in fp32: their
-recurrent state lives in the engine's state pool."""
+with and without experts: Mamba2 layers beside attention; LFM2 dense and MoE: short convolutions beside attention)
+against transformers on tiny checkpoints, in fp32: their recurrent state lives in the engine's state pool."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_logits_and_greedy_match_transformers(checkpoint_factory, arch):
                                atol=2e-4)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5", "granite_h"])
+@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5", "granite_h", "lfm2"])
 def test_greedy_matches_with_chunked_prefill_and_preemption(checkpoint_factory, arch):
     """7-token steps (each prompt's state carried from chunk to chunk) and 16 blocks of 4 tokens for eight
     requests of up to 46 tokens (preemption frees the slot, and the recomputed sequence rebuilds its state)."""
@@ -40,9 +40,10 @@ def test_greedy_matches_with_chunked_prefill_and_preemption(checkpoint_factory, 
     assert llm.scheduler.state_slots.num_free == 4  # every slot back in the pool
 
 
-def test_prefix_caching_is_off_with_its_reason(checkpoint_factory):
+@pytest.mark.parametrize("arch", ["qwen3_5", "lfm2"])
+def test_prefix_caching_is_off_with_its_reason(checkpoint_factory, arch):
     """Shared prefixes get no cache hits (the state after them is not kept), and the stats say why."""
-    path = checkpoint_factory("qwen3_5")
+    path = checkpoint_factory(arch)
     shared = random_prompts(1, 20, 21, seed=2)[0]
     prompts = [shared + tail for tail in random_prompts(3, 3, 6, seed=4)]
     llm = LLM(str(path), block_size=4, max_model_len=64, enable_prefix_caching=True)

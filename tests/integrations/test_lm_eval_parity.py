@@ -1,6 +1,6 @@
 """The bulkinfer backend against lm_eval's own hf backend on the same models and local tasks:
 accuracy equal, log-likelihoods within 1e-3, greedy generations identical. The models: the native
-llama, the native hybrids Qwen3.5 and Granite 4.0-H (their recurrent state on the engine's pool), native DeepSeek-V3
+llama, the native hybrids Qwen3.5, Granite 4.0-H and LFM2 (their recurrent state on the engine's pool), native DeepSeek-V3
 (latent attention), and architectures that run through the transformers path."""
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ MODELS = {"llama": ("llama", {}, "native"), "gemma3_text": ("gemma3_text", {}, "
           "granite": ("granite", {}, "transformers"), "deepseek_v2": ("deepseek_v2", {}, "transformers"),
           "deepseek_v3_native": ("deepseek_v3", {}, "native"),
           "qwen3_5": ("qwen3_5", {}, "native"),
-          "granite_h": ("granite_h", {}, "native")}
+          "granite_h": ("granite_h", {}, "native"), "lfm2": ("lfm2", {}, "native")}
 
 
 @pytest.fixture(scope="module", params=["llama", "granite", pytest.param("gemma3_text", marks=pytest.mark.slow),
                                         pytest.param("deepseek_v2", marks=pytest.mark.slow),
                                         pytest.param("deepseek_v3_native", marks=pytest.mark.slow),
                                         pytest.param("qwen3_5", marks=pytest.mark.slow),
-                                        pytest.param("granite_h", marks=pytest.mark.slow)])
+                                        pytest.param("granite_h", marks=pytest.mark.slow),
+                                        pytest.param("lfm2", marks=pytest.mark.slow)])
 def model(request, checkpoint_factory) -> tuple[Path, str]:
     arch, overrides, model_impl = MODELS[request.param]
     return checkpoint_factory(arch, **overrides), model_impl

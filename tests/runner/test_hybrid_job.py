@@ -1,6 +1,6 @@
-"""A job on a hybrid model (Qwen3.5: gated delta-net layers, Granite 4.0-H: Mamba2 layers, on the recurrent state
-pool) through `bulkinfer run`: its summary says why prefix caching is off, and a SIGKILLed run resumes to the
-uninterrupted run's rows."""
+"""A job on a hybrid model (Qwen3.5: gated delta-net layers, Granite 4.0-H: Mamba2 layers, LFM2: short convolutions,
+on the recurrent state pool) through `bulkinfer run`: its summary says why prefix caching is off, and a SIGKILLed
+run resumes to the uninterrupted run's rows."""
 
 import json
 import subprocess
@@ -30,7 +30,7 @@ def _exported(out: Path) -> list[dict]:
     return read_results(destination)
 
 
-@pytest.mark.parametrize("arch", ["qwen3_5", "granite_h"])
+@pytest.mark.parametrize("arch", ["qwen3_5", "granite_h", "lfm2"])
 def test_run_reports_the_state_and_why_prefix_caching_is_off(tmp_path: Path, data: Path, checkpoint_factory,
                                                               arch: str) -> None:
     out = tmp_path / "out"

@@ -2,8 +2,9 @@
 over q, k and v, then the gated delta rule, whose fixed-size state per sequence lives in the engine's state pool.
 
 Decoding sequences advance with one batched call per kernel; prefilling ones (first or later chunks) go through
-the prefill kernels, which continue from the pool where ``has_initial_state`` says so. The layer owns no state
-of its own: ``states`` (conv windows [S, C, K-1], delta states [S, Hv, Dk, Dv] fp32) is bound by the model runner.
+the prefill kernels, which continue from the pool where ``has_initial_state`` says so (layers/step_conv.py splits
+the convolution so). The layer owns no state of its own: ``states`` (conv windows [S, C, K-1], delta states
+[S, Hv, Dk, Dv] fp32) is bound by the model runner.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bulkinfer.kernels.causal_conv1d import causal_conv1d_prefill, causal_conv1d_update
 from bulkinfer.kernels.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update
 from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.step_conv import causal_conv1d_step
 
 
 @dataclass(frozen=True)
@@ -67,18 +68,16 @@ class GatedDeltaNet(nn.Module):
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # log decay [T, Hv]
         batch, (conv_states, delta_states) = attn.recurrent, self.states
-        weight = self.conv1d.weight[:, 0]
+        mixed = causal_conv1d_step(qkv, self.conv1d.weight[:, 0], None, conv_states, batch, activation="silu")
         out = qkv.new_empty(x.shape[0], self.shape.num_value_heads, self.shape.value_head_dim)
         if batch.decode_rows.numel():
             rows, slots = batch.decode_rows, batch.decode_slots
-            mixed = causal_conv1d_update(qkv[rows], weight, None, conv_states, slots)
-            out[rows] = fused_recurrent_gated_delta_rule_update(*self._heads(mixed), g[rows], beta[rows],
+            out[rows] = fused_recurrent_gated_delta_rule_update(*self._heads(mixed[rows]), g[rows], beta[rows],
                                                                 delta_states, slots, self.scale)
         if batch.prefill_rows.numel():
             rows, slots = batch.prefill_rows, batch.prefill_slots
             starts, continuing = batch.prefill_query_start_loc, batch.prefill_has_initial_state
-            mixed = causal_conv1d_prefill(qkv[rows], weight, None, conv_states, slots, starts, continuing)
-            out[rows] = chunk_gated_delta_rule(*self._heads(mixed), g[rows], beta[rows], delta_states, slots,
+            out[rows] = chunk_gated_delta_rule(*self._heads(mixed[rows]), g[rows], beta[rows], delta_states, slots,
                                                starts, continuing, self.scale)
         return self.out_proj(self.norm(out, z).reshape(x.shape[0], self.value_dim))
 

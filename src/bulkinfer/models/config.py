@@ -12,6 +12,8 @@ from bulkinfer.layers.moe import SCORING_FUNCS, TOPK_METHODS, Routing
 from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.layers.mla import MLAShape
 from bulkinfer.layers.rotary import softmax_mscale
+from bulkinfer.layers.short_conv import ShortConvShape
+from bulkinfer.models.lfm2 import lfm2_keys
 from bulkinfer.models.quantization.config import QuantizationConfig, quantization_from_hf
 from bulkinfer.models.refusal import UnsupportedModelError
 
@@ -43,6 +45,9 @@ SUPPORTED_ARCHITECTURES = {
     # Multi-head latent attention over a cache of latent rows (layers/mla.py); Kimi K2 ships as DeepSeek-V3.
     "DeepseekV2ForCausalLM": {"moe": "deepseek_v2", "mla": True},
     "DeepseekV3ForCausalLM": {"moe": "deepseek_v3", "mla": True},
+    # Short-convolution layers beside plain attention with q/k norms (models/lfm2.py translates its keys).
+    "Lfm2ForCausalLM": {"qk_norm": True, "hybrid": "lfm2"},
+    "Lfm2MoeForCausalLM": {"qk_norm": True, "hybrid": "lfm2", "moe": "lfm2_moe"},
 }
 # gpt-oss ships its experts in MXFP4, which the model keeps (models/loader.py: keeps_mxfp4).
 _MXFP4_EXPERTS = {("GptOssForCausalLM", "mxfp4")}
@@ -77,6 +82,12 @@ class MoEConfig:
         if family == "granitemoehybrid":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
             return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), hf["shared_intermediate_size"],
                        frozenset(layers if num_experts else ()), shared_gated=False)
+        if family == "lfm2_moe":  # sigmoid scores, an expert bias that only chooses; dense MLPs in the first layers
+            bias = hf.get("use_expert_bias", True)
+            routing = Routing(top_k, hf.get("norm_topk_prob", True), "sigmoid", "noaux_tc" if bias else "greedy",
+                              scaling=hf.get("routed_scaling_factor", 1.0))
+            return cls(num_experts, hf["moe_intermediate_size"], routing, 0,
+                       frozenset(layers[hf.get("num_dense_layers", 2):]))
         if family == "gpt_oss":  # a softmax over the top-k logits: the top-k of the softmax, renormalized
             return cls(num_experts, hf["intermediate_size"], Routing(top_k, True), 0, frozenset(layers), bias=True,
                        clamped_swiglu=(hf.get("swiglu_limit", 7.0), hf.get("swiglu_alpha", 1.702)))
@@ -134,11 +145,11 @@ def _mla_shape(hf: dict, scaling: dict | None, interleaved: bool) -> MLAShape:
 
 @dataclass(frozen=True)
 class HybridConfig:
-    """Recurrent token mixers among full-attention layers: Qwen3-Next's and Qwen3.5's gated delta-nets, or
-    Granite 4.0-H's Mamba2 layers. Their state lives in the engine's state pool."""
+    """Recurrent token mixers among full-attention layers: Qwen3-Next's and Qwen3.5's gated delta-nets, Granite
+    4.0-H's Mamba2 layers, or LFM2's short convolutions. Their state lives in the engine's state pool."""
 
     linear_layers: frozenset[int]
-    mixer: GatedDeltaNetShape | Mamba2Shape  # every recurrent layer's; its type says which mixer
+    mixer: GatedDeltaNetShape | Mamba2Shape | ShortConvShape  # every recurrent layer's; its type says which mixer
 
     @classmethod
     def from_hf(cls, family: str, hf: dict) -> "HybridConfig":
@@ -146,6 +157,9 @@ class HybridConfig:
             kinds = hf.get("layer_types") or hf["layers_block_type"]
             return cls(frozenset(i for i, kind in enumerate(kinds) if kind in ("mamba", "linear_attention")),
                        _mamba2_shape(hf))
+        if family == "lfm2":
+            conv = ShortConvShape(hf["hidden_size"], hf.get("conv_L_cache", 3), hf.get("conv_bias", False))
+            return cls(frozenset(i for i, kind in enumerate(hf["layer_types"]) if kind == "conv"), conv)
         kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % hf.get("full_attention_interval", 4) == 0
                                           else "linear_attention" for i in range(hf["num_hidden_layers"])]
         shape = GatedDeltaNetShape(hf["hidden_size"], hf["linear_num_key_heads"], hf["linear_num_value_heads"],
@@ -253,6 +267,8 @@ class ModelConfig:
         if parts.get("mla") and quantization_from_hf(hf):  # the absorbed decode reads kv_b's plain weight
             raise UnsupportedModelError(f"quantized {architecture}: bulkinfer's latent attention runs plain "
                                         "(float16, bfloat16, float32) weights")
+        if parts.get("hybrid") == "lfm2":
+            hf = lfm2_keys(hf, moe="moe" in parts)
         num_heads = hf["num_attention_heads"]
         method = (hf.get("quantization_config") or {}).get("quant_method")
         mxfp4_experts = (architecture, method) in _MXFP4_EXPERTS

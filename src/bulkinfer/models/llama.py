@@ -4,7 +4,8 @@ gpt-oss (sliding and full layers with attention sinks, biased projections, YaRN,
 DeepSeek-V2/V3 (multi-head latent attention over a cache of latent rows, layers/mla.py), the hybrids Qwen3-Next
 and Qwen3.5 (gated delta-net layers beside gated attention, layers/gated_delta_net.py),
 and Granite 4.0-H (Mamba2 layers beside attention without rotary, layers/mamba2.py; experts beside an ungated shared
-MLP; Granite's multipliers on the embeddings, the residual branches, the softmax and the logits).
+MLP; Granite's multipliers on the embeddings, the residual branches, the softmax and the logits), and LFM2 (short
+convolutions beside attention, layers/short_conv.py; its names translated by models/lfm2.py).
 
 Projections are fused (q/k/v into one matrix, gate/up into one) so each layer makes two big
 matmuls where Hugging Face's code makes five; the loader stacks the checkpoint's tensors.
@@ -21,7 +22,7 @@ from bulkinfer.layers.attention_metadata import AttentionMetadata
 from bulkinfer.layers.gated_delta_net import GatedDeltaNet, GatedDeltaNetShape
 from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.layers.linear import ColumnParallelLinear, RowParallelLinear
-from bulkinfer.layers.mamba2 import Mamba2Mixer
+from bulkinfer.layers.mamba2 import Mamba2Mixer, Mamba2Shape
 from bulkinfer.layers.mla import MLAttention
 from bulkinfer.layers.mlp import MLP
 from bulkinfer.layers.moe import EXPERT_COLUMNS, SHARED_COLUMNS, SparseMoeBlock
@@ -29,6 +30,7 @@ from bulkinfer.layers.norm import RMSNorm
 from bulkinfer.layers.ops import KernelOps
 from bulkinfer.layers.parallel import SINGLE, TensorParallel
 from bulkinfer.layers.rotary import cos_sin_cache
+from bulkinfer.layers.short_conv import ShortConv, ShortConvShape
 from bulkinfer.layers.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 from bulkinfer.models.config import ModelConfig
 
@@ -141,15 +143,20 @@ def scaled(x: torch.Tensor, multiplier: float) -> torch.Tensor:
     return x if multiplier == 1.0 else x * multiplier
 
 
+
+# Each recurrent layer shape's token mixer.
+_RECURRENT_MIXERS = {GatedDeltaNetShape: GatedDeltaNet, Mamba2Shape: Mamba2Mixer, ShortConvShape: ShortConv}
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer: int, ops: KernelOps, tp: TensorParallel):
         super().__init__()
         self.input_layernorm = make_norm(config, config.hidden_size, ops)
-        # The token mixer: attention, or a hybrid's gated delta-net or Mamba2 (its state in the engine's pool).
+        # The token mixer: attention, or a hybrid's recurrent layer (its state in the engine's pool).
         self.self_attn = self.linear_attn = None
         if config.is_linear_attention(layer):
             mixer = config.hybrid.mixer
-            self.linear_attn = (GatedDeltaNet if isinstance(mixer, GatedDeltaNetShape) else Mamba2Mixer)(mixer)
+            self.linear_attn = _RECURRENT_MIXERS[type(mixer)](mixer)
         elif config.mla is not None:
             self.self_attn = MLAttention(config.mla, ops, tp)
         else:
@@ -242,7 +249,7 @@ class CausalLM(nn.Module):
     def attention_layers(self) -> list[Attention | MLAttention]:
         return [layer.self_attn for layer in self.model.layers if layer.self_attn is not None]
 
-    def recurrent_layers(self) -> list[GatedDeltaNet | Mamba2Mixer]:
+    def recurrent_layers(self) -> list[nn.Module]:
         """The layers whose per-sequence state lives in the engine's state pool (a hybrid's)."""
         return [layer.linear_attn for layer in self.model.layers if layer.linear_attn is not None]
 

@@ -20,6 +20,7 @@ from bulkinfer.layers.quantized_weights import MXFP4, WeightFormat
 from bulkinfer.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, native_architecture
 from bulkinfer.models.gpt_oss_weights import gpt_oss_tensors
 from bulkinfer.models.granite_weights import granite_tensors
+from bulkinfer.models.lfm2 import LFM2_RENAMES
 from bulkinfer.models.llama import CausalLM
 from bulkinfer.models.quantization.config import quantization_from_hf
 from bulkinfer.models.quantization.tensors import canonical_tensors, quantized_layers
@@ -113,8 +114,10 @@ def _quantized_modules(path: Path, config: ModelConfig, tp: TensorParallel) -> d
     return dict.fromkeys(modules, fmt)
 
 
-# Mixtral's names for its experts, and DeepSeek's for its shared experts -> Qwen's, which are ours.
-_RENAMES = [(re.compile(r"\.block_sparse_moe\."), ".mlp."),
+# LFM2's names -> ours, then Mixtral's names for its experts and DeepSeek's for its shared experts -> Qwen's,
+# which are ours.
+_RENAMES = [*LFM2_RENAMES,
+            (re.compile(r"\.block_sparse_moe\."), ".mlp."),
             (re.compile(r"\.mlp\.shared_experts\."), ".mlp.shared_expert."),
             (re.compile(r"(\.experts\.\d+)\.w1\."), r"\1.gate_proj."),
             (re.compile(r"(\.experts\.\d+)\.w3\."), r"\1.up_proj."),

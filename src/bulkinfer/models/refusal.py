@@ -17,7 +17,7 @@ class UnsupportedModelError(ValueError):
 # Layer kinds that keep a recurrent state instead of (or beside) a KV cache.
 _RECURRENT_LAYER_KINDS = ("mamba", "linear_attention", "recurrent", "ssm", "rwkv", "conv")
 _RECURRENT_MODEL_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "zamba", "zamba2", "falcon_h1", "bamba",
-                          "nemotron_h", "qwen3_next", "lfm2", "recurrent_gemma", "xlstm")
+                          "nemotron_h", "qwen3_next", "lfm2", "lfm2_moe", "recurrent_gemma", "xlstm")
 
 
 def refusal_reason(hf: dict) -> str | None:
@@ -28,8 +28,9 @@ def refusal_reason(hf: dict) -> str | None:
     if names and not any(_is_causal_lm(name) for name in names):
         return "no causal LM head"
     if _is_recurrent(hf):
-        return ("hybrid recurrent layers (Mamba or linear attention) need the recurrent state pool, which only "
-                "bulkinfer's own code has: it runs Qwen3-Next, Qwen3.5 and Granite 4.0-H (model_impl auto or native)")
+        return ("hybrid recurrent layers (Mamba, linear attention or short convolutions) need the recurrent state "
+                "pool, which only bulkinfer's own code has: it runs Qwen3-Next, Qwen3.5, Granite 4.0-H "
+                "and LFM2 (model_impl auto or native)")
     if hf.get("auto_map"):
         return "remote code (its own modeling files), which bulkinfer does not run"
     return None
