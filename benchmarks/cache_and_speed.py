@@ -32,7 +32,8 @@ def main(shapes: list[str]) -> None:
               "command": f"{_threads_env()}python benchmarks/cache_and_speed.py {' '.join(shapes)}",
               "workload": "16 requests x (64 prompt + 64 output tokens), greedy, float32, max_num_seqs 16"}
     for shape in shapes:
-        llm = LLM(str(model_path(f"random:{shape}", "auto")), max_model_len=256, max_num_seqs=16)
+        llm = LLM(str(model_path(f"random:{shape}", "auto")), max_model_len=256, max_num_seqs=16,
+                  dtype="float32")
         llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)  # warm-up
         start, cpu_start = time.perf_counter(), time.process_time()
         llm.generate(prompts, PARAMS, use_tqdm=False)

@@ -80,9 +80,11 @@ def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_fa
     assert run(path, batch, max_num_batched_tokens=24) == alone
 
 
-def test_lfm2_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory):
-    """Short convolutions, their state carried across chunks in the state pool, keep a request's bits."""
-    path = checkpoint_factory("lfm2")
+@pytest.mark.parametrize("arch", ["lfm2", pytest.param("granite_h", marks=pytest.mark.slow)])
+def test_hybrid_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory, arch):
+    """Short convolutions and Mamba2 layers, their state carried across chunks in the state pool,
+    keep a request's bits."""
+    path = checkpoint_factory(arch)
     batch = [3, 0, 2, 1]
     llm = LLM(str(path), **ENGINE, enable_prefix_caching=False)
     alone = [results(llm.generate([prompts()[i]], [params(i)], use_tqdm=False))[0] for i in batch]

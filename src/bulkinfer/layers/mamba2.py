@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bulkinfer.kernels.causal_conv1d import causal_conv1d_prefill, causal_conv1d_update
 from bulkinfer.kernels.mamba_ssd import mamba_chunk_scan, mamba_state_update
 from bulkinfer.layers.attention_metadata import AttentionMetadata
+from bulkinfer.layers.linear import Linear
+from bulkinfer.layers.step_conv import causal_conv1d_step
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,14 @@ class Mamba2Mixer(nn.Module):
         self.inner = shape.num_heads * shape.head_dim
         self.bc_size = shape.num_groups * shape.state_size
         self.conv_dim = self.inner + 2 * self.bc_size
-        self.in_proj = nn.Linear(shape.hidden_size, self.inner + self.conv_dim + shape.num_heads, bias=shape.proj_bias)
+        self.in_proj = Linear(shape.hidden_size, self.inner + self.conv_dim + shape.num_heads, bias=shape.proj_bias)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, shape.conv_kernel, groups=self.conv_dim,
                                 bias=shape.conv_bias)
         self.dt_bias = nn.Parameter(torch.ones(shape.num_heads))
         self.A_log = nn.Parameter(torch.zeros(shape.num_heads))
         self.D = nn.Parameter(torch.ones(shape.num_heads))
         self.norm = GroupGatedRMSNorm(self.inner, shape.num_groups, shape.rms_norm_eps)
-        self.out_proj = nn.Linear(self.inner, shape.hidden_size, bias=shape.proj_bias)
+        self.out_proj = Linear(self.inner, shape.hidden_size, bias=shape.proj_bias)
         self.states: list[torch.Tensor] = []  # bound by the model runner: [conv windows, SSM states]
 
     def state_specs(self) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -62,23 +63,21 @@ class Mamba2Mixer(nn.Module):
         batch, (conv_states, ssm_states) = attn.recurrent, self.states
         weight, bias = self.conv1d.weight[:, 0], self.conv1d.bias
         A = -self.A_log.float().exp()
-        out = x.new_empty(x.shape[0], self.shape.num_heads, self.shape.head_dim)
+        heads, B, C = self._split(causal_conv1d_step(xbc, weight, bias, conv_states, batch, "silu"))
+        out = torch.empty_like(heads)
         if batch.decode_rows.numel():
-            rows, slots = batch.decode_rows, batch.decode_slots
-            mixed = causal_conv1d_update(xbc[rows], weight, bias, conv_states, slots)
-            heads, B, C = self._split(mixed)
-            out[rows] = mamba_state_update(heads, dt[rows], A, B, C, self.D, self.dt_bias, ssm_states, slots)
+            rows = batch.decode_rows
+            out[rows] = mamba_state_update(heads[rows], dt[rows], A, B[rows], C[rows], self.D, self.dt_bias,
+                                           ssm_states, batch.decode_slots)
         if batch.prefill_rows.numel():
-            rows, slots = batch.prefill_rows, batch.prefill_slots
-            starts, continuing = batch.prefill_query_start_loc, batch.prefill_has_initial_state
-            mixed = causal_conv1d_prefill(xbc[rows], weight, bias, conv_states, slots, starts, continuing)
-            heads, B, C = self._split(mixed)
-            out[rows] = mamba_chunk_scan(heads, dt[rows], A, B, C, self.D, self.dt_bias, ssm_states, slots, starts,
-                                         continuing)
+            rows = batch.prefill_rows
+            out[rows] = mamba_chunk_scan(heads[rows], dt[rows], A, B[rows], C[rows], self.D, self.dt_bias, ssm_states,
+                                         batch.prefill_slots, batch.prefill_query_start_loc,
+                                         batch.prefill_has_initial_state)
         return self.out_proj(self.norm(out.view(x.shape[0], self.inner), gate))
 
     def _split(self, mixed: torch.Tensor):
-        """The convolved x [N, H, P], B and C [N, G, N_state]: views of ``mixed``, as the scan kernels take them."""
+        """The convolved x [N, H, P], B and C [N, G, N_state]: views of ``mixed``."""
         shape, tokens = self.shape, mixed.shape[0]
         heads, B, C = mixed.split([self.inner, self.bc_size, self.bc_size], dim=-1)
         return (heads.view(tokens, shape.num_heads, shape.head_dim),

@@ -1,6 +1,6 @@
 """The causal convolution of a recurrent layer over one step's batch, its window per sequence in the state pool.
 
-Every recurrent token mixer here (gated delta-net, short convolution) convolves its input first: decoding
+Every recurrent token mixer here (gated delta-net, Mamba2, short convolution) convolves its input first: decoding
 sequences advance by one batched update, prefilling ones (first or later chunks) go through the prefill
 kernel, which continues from the pool where ``has_initial_state`` says so.
 """
