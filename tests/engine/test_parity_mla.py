@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -48,6 +49,20 @@ def test_the_cache_holds_one_latent_row_per_token_and_layer(checkpoint_factory):
     llm = LLM(str(checkpoint_factory("deepseek_v3", **DENSE)), num_kv_blocks=8, **NATIVE)
     assert llm.runner.kv_bytes_per_token == 2 * (32 + 8) * 4
     assert [tuple(cache.shape) for cache in llm.runner.kv_caches] == [(1, 8, 16, 1, 40)] * 2
+
+
+def test_multi_token_prediction_layers_past_the_decoder_are_skipped(checkpoint_factory, tmp_path):
+    """DeepSeek-V3's released weights add a prediction layer after the last decoder layer; it loads as if absent."""
+    from safetensors.torch import save_file
+
+    path = tmp_path / "with_mtp"
+    shutil.copytree(checkpoint_factory("deepseek_v3", **DENSE), path)
+    hidden = json.loads((path / "config.json").read_text())["hidden_size"]
+    save_file({"model.layers.2.eh_proj.weight": torch.ones(hidden, 2 * hidden),
+               "model.layers.2.self_attn.kv_a_layernorm.weight": torch.ones(32)}, str(path / "mtp.safetensors"))
+    with_mtp = LLM(str(path), **NATIVE).generate(["a b c"], use_tqdm=False)[0].outputs[0].token_ids
+    plain = LLM(str(checkpoint_factory("deepseek_v3", **DENSE)), **NATIVE).generate(["a b c"], use_tqdm=False)
+    assert with_mtp == plain[0].outputs[0].token_ids
 
 
 def test_absorbed_decode_equals_attention_over_expanded_keys_and_values(checkpoint_factory):

@@ -255,10 +255,25 @@ def _tensors(path: Path, config: ModelConfig, tp: TensorParallel) -> Iterator[tu
         return gpt_oss_tensors(_checkpoint_tensors(path), keeps_mxfp4(config, tp))
     if config.architecture == "GraniteMoeHybridForCausalLM":
         return granite_tensors(_checkpoint_tensors(path), config)
+    if config.mla is not None:
+        return _decoder_layers_only(_checkpoint_tensors(path), config.num_layers)
     if config.quantization is None:
         return _checkpoint_tensors(path)
     layout = config.quantization.layout
     return canonical_tensors(_checkpoint_tensors(path), quantized_layers(path, layout), layout)
+
+
+_LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def _decoder_layers_only(tensors: Iterator[tuple[str, torch.Tensor]],
+                         num_layers: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """DeepSeek-V3's checkpoints carry multi-token prediction layers after the decoder's (``model.layers.61`` of
+    61): a speculative-decoding head that generating token by token does not use."""
+    for name, tensor in tensors:
+        match = _LAYER_INDEX.match(name)
+        if match is None or int(match.group(1)) < num_layers:
+            yield name, tensor
 
 
 def _checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
