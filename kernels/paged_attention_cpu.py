@@ -28,6 +28,7 @@ import logging
 import torch
 
 from .fp8 import is_fp8
+from .inductor_isa import skip_repeated_isa_probe
 from .paged_attention import decode_ref, paged_attention_ref
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block
 def _compiled():
     # Shapes are static but for the batch, the blocks read and the pool's size, so the head count,
     # head size and block size are constants in the generated loops.
+    skip_repeated_isa_probe()
     return torch.compile(_attend)
 
 
