@@ -4,9 +4,10 @@ Runs the bench's workload through the engine in a fresh process, twice in a row 
 folder (empty at first unless --cache-dir names one): the first process compiles, the second should
 find everything in the cache. Each process reports its model load, its first compiled decode step
 (bench's warm-up step) against the same step run again (the difference is what the compile cost
-that step), the workload once warm, and Inductor's cache counters. With --static, transformers'
-static batching runs the workload too, and each process's speedup over it is given with the
-compile counted in.
+that step, in wall seconds and in CPU seconds of the process and the helpers it waited for: on a
+busy machine the CPU seconds say what the wall time would be on a quiet one), the workload once
+warm, and Inductor's cache counters. With --static, transformers' static batching runs the workload
+too, and each process's speedup over it is given with the compile counted in.
 
     python benchmarks/compile_cost.py [--model random:50m] [--num-requests 96] [--dtype auto] [--static]
         [--cache-dir DIR] [--output FILE]
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -82,19 +84,26 @@ def _one_process(model: str, num_requests: int, dtype: str) -> dict:
     path, requests = _workload(model, num_requests, dtype)
     start = time.perf_counter()
     llm = LLM(str(path), dtype=dtype, max_model_len=max(len(r.prompt) + r.max_tokens for r in requests))
-    loaded = time.perf_counter()
+    loaded, loaded_cpu = time.perf_counter(), _cpu_seconds()
     warm_up(llm, requests[0].prompt)
-    first = time.perf_counter()
+    first, first_cpu = time.perf_counter(), _cpu_seconds()
     warm_up(llm, requests[0].prompt)
-    again = time.perf_counter()
+    again, again_cpu = time.perf_counter(), _cpu_seconds()
     params = [SamplingParams(max_tokens=r.max_tokens, temperature=0.0, ignore_eos=True) for r in requests]
     llm.generate([r.prompt for r in requests], params, use_tqdm=False)
     done = time.perf_counter()
     return {"dtype": str(llm.config.dtype).removeprefix("torch."), "load_s": round(loaded - start, 2),
             "first_step_s": round(first - loaded, 2), "same_step_again_s": round(again - first, 2),
-            "compile_s": round((first - loaded) - (again - first), 2), "workload_s": round(done - again, 2),
+            "compile_s": round((first - loaded) - (again - first), 2),
+            "compile_cpu_s": round((first_cpu - loaded_cpu) - (again_cpu - first_cpu), 2),
+            "workload_s": round(done - again, 2),
             "dynamo_compile_s": round(sum(compilation_time_metrics.get("_compile.compile_inner", [])), 2),
             "inductor": dict(counters["inductor"]), "graphs": counters["stats"]["unique_graphs"]}
+
+
+def _cpu_seconds() -> float:
+    own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
 
 
 def _static_seconds(model: str, num_requests: int, dtype: str) -> float:
