@@ -8,9 +8,9 @@ loops that load each key and value through the block table once, never materiali
 For 128 sequences of up to 400 tokens (4 KV heads of 64) that is 7x faster than the reference.
 
 The reference's length groups stay (padding costs arithmetic here, if no longer copies). A compile
-costs about 20 s the first time on a machine (then it is cached on disk: about 3 s per process), so
-groups too small for the copy to matter keep the reference; and a machine where Inductor cannot
-compile (no C++ compiler) keeps it too, after one warning.
+costs about 20 s the first time on a machine (then Inductor loads it from its disk cache, see
+engine/compile_cache.py and inductor_isa.py), so groups too small for the copy to matter keep the
+reference; and a machine where Inductor cannot compile (no C++ compiler) keeps it too, after one warning.
 
 A sliding window, a soft-cap and sinks (see paged_attention.py) are part of the compiled kernel, one
 compile per distinct combination; keys before a window are masked rather than skipped (they cost reads).
@@ -28,6 +28,7 @@ import logging
 import torch
 
 from .fp8 import is_fp8
+from .inductor_isa import skip_repeated_isa_probe
 from .paged_attention import decode_ref, paged_attention_ref
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block
 def _compiled():
     # Shapes are static but for the batch, the blocks read and the pool's size, so the head count,
     # head size and block size are constants in the generated loops.
+    skip_repeated_isa_probe()
     return torch.compile(_attend)
 
 

@@ -11,6 +11,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The engine keeps Inductor's compiled kernels under the user's home (engine/compile_cache.py); tests keep
+# them under the system's temporary folder, where later sessions find them (torch's own folder counts as unset).
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(default_cache_dir(), "bulkinfer-tests")
+
 import json  # noqa: E402
 from pathlib import Path
 from typing import Any, Callable

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from bulkinfer.engine.resolve import ResolvedConfig
+from bulkinfer.engine.compile_cache import use_persistent_compile_cache
 from bulkinfer.engine.cpu_memory import keep_freed_memory
 from bulkinfer.engine.decode_graphs import DecodeGraphs
 from bulkinfer.engine.kv_budget import kv_blocks_that_fit, kv_bytes_per_token
@@ -71,6 +72,7 @@ class ModelRunner:
         config = self.config
         if self.device.type == "cpu":
             keep_freed_memory()
+            use_persistent_compile_cache()  # before the first step compiles the decode attention
         self.ops = resolve_ops(config.options.attention_backend, self.device, config.options.deterministic)
         self.staging = HostStaging(self.device) if self.device.type == "cuda" else None
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
