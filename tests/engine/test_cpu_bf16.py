@@ -1,0 +1,60 @@
+"""The CPU path in bfloat16: linear weights packed once in oneDNN's layout, and results within bf16's
+rounding of transformers' own bf16 forward pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from bulkinfer import LLM
+from bulkinfer.layers import linear
+from bulkinfer.layers.linear import Linear, pack_linear_weights
+from probes import last_logits
+
+pytestmark = pytest.mark.skipif(not linear._ONEDNN, reason="oneDNN is not available")
+
+
+def _layers(dtype: torch.dtype) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(Linear(64, 96, bias=True), Linear(96, 40)).to(dtype)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 64, 300])
+def test_packed_weights_give_the_plain_weights_result(rows):
+    model = _layers(torch.bfloat16)
+    x = torch.randn(rows, 64).bfloat16()
+    plain = model(x)
+    assert pack_linear_weights(model) == 2
+    assert all(layer.weight.layout == torch._mkldnn for layer in model)
+    torch.testing.assert_close(model(x), plain, atol=1e-2, rtol=1e-2)
+
+
+def test_fp32_and_shared_weights_stay_plain():
+    fp32 = _layers(torch.float32)
+    tied = _layers(torch.bfloat16)
+    tied[1].weight = nn.Parameter(torch.randn(40, 96).bfloat16())
+    embedding = nn.Embedding(40, 96).bfloat16()
+    embedding.weight = tied[1].weight  # an LM head tied to its embedding, which looks rows up
+    assert pack_linear_weights(fp32) == 0
+    assert pack_linear_weights(nn.ModuleList([tied, embedding])) == 1
+    assert tied[1].weight.layout == torch.strided and tied[0].weight.layout == torch._mkldnn
+
+
+def test_bf16_engine_packs_its_weights_and_matches_transformers_bf16(tiny_llama):
+    llm = LLM(str(tiny_llama), dtype="bfloat16", device="cpu", max_model_len=128)
+    attention = llm.runner.model.model.layers[0].self_attn
+    assert attention.qkv_proj.weight.layout == torch._mkldnn
+    hf = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    exact = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32, attn_implementation="eager").eval()
+    generator = torch.Generator().manual_seed(0)
+    for length in (1, 9, 64):
+        ids = torch.randint(5, llm.tokenizer.vocab_size, (length,), generator=generator).tolist()
+        with torch.no_grad():
+            theirs = hf(torch.tensor([ids])).logits[0, -1].float()
+            truth = exact(torch.tensor([ids])).logits[0, -1]
+        ours = last_logits(llm, ids)
+        # Two bf16 computations round in different places: ours is as far from fp32 as theirs, give or take.
+        their_error = (theirs - truth).abs().max()
+        assert (ours - truth).abs().max() <= 2 * their_error + 1e-2, (length, their_error)
