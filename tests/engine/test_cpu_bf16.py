@@ -58,3 +58,37 @@ def test_bf16_engine_packs_its_weights_and_matches_transformers_bf16(tiny_llama)
         # Two bf16 computations round in different places: ours is as far from fp32 as theirs, give or take.
         their_error = (theirs - truth).abs().max()
         assert (ours - truth).abs().max() <= 2 * their_error + 1e-2, (length, their_error)
+
+
+def test_packed_experts_replace_their_stacks_and_give_their_result():
+    from bulkinfer.layers.moe import FusedExperts
+    from bulkinfer.layers.moe_cpu import pack_expert_weights
+    from bulkinfer.layers.ops import CPU_OPS
+    from bulkinfer.layers.parallel import SINGLE
+
+    torch.manual_seed(0)
+    experts = FusedExperts(4, 64, 48, CPU_OPS, SINGLE).bfloat16()
+    for stack in (experts.gate_up_proj, experts.down_proj):
+        torch.nn.init.normal_(stack, std=0.1)
+    x = torch.randn(7, 64).bfloat16()
+    weights, ids = torch.rand(7, 2), torch.randint(0, 4, (7, 2))
+    plain = experts(x, weights, ids)
+    assert pack_expert_weights(experts) == 2
+    assert [name for name, _ in experts.named_parameters()][:2] == ["gate_up_proj.0", "gate_up_proj.1"]
+    assert all(param.layout == torch._mkldnn for param in experts.parameters())
+    torch.testing.assert_close(experts(x, weights, ids), plain, atol=1e-2, rtol=1e-2)
+    experts.batch_invariant = True  # the deterministic path multiplies the same packed experts
+    torch.testing.assert_close(experts(x, weights, ids), plain, atol=1e-2, rtol=1e-2)
+
+
+def test_bf16_mixture_of_experts_engine_matches_transformers_bf16(checkpoint_factory):
+    path = checkpoint_factory("qwen3_moe")
+    llm = LLM(str(path), dtype="bfloat16", device="cpu", max_model_len=128)
+    assert isinstance(llm.runner.model.model.layers[0].mlp.experts.gate_up_proj, nn.ParameterList)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    exact = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    ids = torch.randint(5, llm.tokenizer.vocab_size, (20,), generator=torch.Generator().manual_seed(0)).tolist()
+    with torch.no_grad():
+        theirs = hf(torch.tensor([ids])).logits[0, -1].float()
+        truth = exact(torch.tensor([ids])).logits[0, -1]
+    assert (last_logits(llm, ids) - truth).abs().max() <= 2 * (theirs - truth).abs().max() + 1e-2
