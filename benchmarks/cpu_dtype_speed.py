@@ -68,7 +68,7 @@ def main() -> None:
         llm.generate(prompts[:4], params[:4], use_tqdm=False)  # warm-up: oneDNN's kernels, Inductor's compile
     for _ in range(args.repeats):
         for dtype, llm in llms.items():
-            wall, cpu = timed(lambda: llm.generate(prompts, params, use_tqdm=False))
+            wall, cpu = timed(lambda llm=llm: llm.generate(prompts, params, use_tqdm=False))
             runs[dtype].append({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                                 "load_average": [round(load, 2) for load in os.getloadavg()]})
     useful = useful_tokens(requests)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from probes import last_logits
 from torch import nn
 from transformers import AutoModelForCausalLM
 
 from bulkinfer import LLM
 from bulkinfer.layers import linear
 from bulkinfer.layers.linear import Linear, pack_linear_weights
-from probes import last_logits
 
 pytestmark = pytest.mark.skipif(not linear._ONEDNN, reason="oneDNN is not available")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from bulkinfer.kernels.rotary import _side_by_side, rotary_cpu, rotary_ref
+
 from bulkinfer.layers.rotary import cos_sin_cache
 
 HEADS, KV_HEADS, HEAD_DIM, TOKENS = 4, 2, 64, 9
