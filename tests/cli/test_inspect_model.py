@@ -41,4 +41,5 @@ def test_multi_head_latent_attention_shows_the_bytes_its_cache_holds(capsys, che
     assert code == 0, err
     # 2 layers x 4 heads x 24 dims, keys and values, float32
     assert "float32, 1,536 bytes per token" in out
-    assert LLM(str(path), num_kv_blocks=8).runner.kv_bytes_per_token == 1536  # what the engine's pool takes
+    assert LLM(str(path), dtype="float32",
+               num_kv_blocks=8).runner.kv_bytes_per_token == 1536  # what the engine's pool takes

@@ -97,7 +97,7 @@ def test_a_mixture_of_experts_model_runs_a_job_like_any_model(capsys, tmp_path: 
     assert code == 0 and "complete: 3 of 3 rows done" in err
     assert _main(capsys, "export", str(tmp_path / "out"), str(tmp_path / "results.jsonl"))[0] == 0
     rows = read_results(tmp_path / "results.jsonl")
-    expected = LLM(str(model)).generate([row["prompt"] for row in prompts(3)],
+    expected = LLM(str(model), dtype="float32").generate([row["prompt"] for row in prompts(3)],
                                         SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
     assert [row["generated_text"] for row in rows] == [output.outputs[0].text for output in expected]
 

@@ -55,7 +55,7 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
     path = model_path(model, options.dtype)
     model_config, _ = read_config(path, options.model_impl)
     torch_device = resolve_device(options.device)
-    torch_dtype = resolve_dtype(options.dtype, model_config, torch_device)
+    torch_dtype = resolve_dtype(options.dtype, model_config, torch_device).dtype
     requests = make_workload(workload, num_requests, model_config.vocab_size, workload_seed)
     temperature = TEMPERATURE[workload]
     max_len = max(len(r.prompt) + r.max_tokens for r in requests)
