@@ -88,9 +88,8 @@ def test_dimensions_normalize_and_float16_shape_the_embedding(capsys, tmp_path: 
     pq.write_table(pa.table({"prompt": TEXTS}), data)
     rows = _run(capsys, qwen3, data, tmp_path / "out", "--task", "embed", "--dimensions", "16", "--no-normalize",
                 "--embed-dtype", "float16")
-    expected = LLM(str(qwen3), dtype="float32", max_model_len=64).embed(TEXTS, PoolingParams(normalize=False,
-                                                                                             dimensions=16),
-                                                        use_tqdm=False)
+    expected = LLM(str(qwen3), dtype="float32", max_model_len=64).embed(
+        TEXTS, PoolingParams(normalize=False, dimensions=16), use_tqdm=False)
     for row, output in zip(rows, expected):
         assert len(row["embedding"]) == 16
         assert row["embedding"] == pytest.approx(output.outputs.embedding, rel=1e-3, abs=1e-3)  # float16

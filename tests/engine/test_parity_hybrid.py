@@ -66,6 +66,6 @@ def test_inspect_counts_kv_bytes_of_the_attention_layers_only(checkpoint_factory
     """`bulkinfer inspect`'s KV line agrees with the engine: one attention layer of four holds a cache."""
     path = checkpoint_factory("qwen3_5")
     llm = LLM(str(path), dtype="float32", block_size=4, max_model_len=64, max_num_seqs=2)
-    line = kv_cache_line(str(path), EngineConfig())
+    line = kv_cache_line(str(path), EngineConfig(dtype="float32"))
     assert line == f"float32, {llm.runner.kv_bytes_per_token:,} bytes per token"
     assert llm.runner.kv_bytes_per_token == 2 * 1 * 2 * 16 * 4  # keys and values, 1 layer, 2 heads of 16, fp32

@@ -27,8 +27,8 @@ def test_the_two_paths_agree_with_a_shared_prefix_and_preemption(tiny_llama):
     prefix = list(range(10, 50))
     prompts = [prefix + [60 + i] * (i + 1) for i in range(4)]
     params = SamplingParams(temperature=0, max_tokens=12, logprobs=2, ignore_eos=True)
-    llms = [LLM(str(tiny_llama), dtype="float32", model_impl=impl, block_size=8,
-                num_kv_blocks=10) for impl in ("native", "transformers")]
+    llms = [LLM(str(tiny_llama), dtype="float32", model_impl=impl, block_size=8, num_kv_blocks=10)
+            for impl in ("native", "transformers")]
     native, hf = (llm.generate(prompts, params, use_tqdm=False) for llm in llms)
     assert all(llm.stats.preemptions > 0 and llm.stats.prefix_cache_hit_tokens > 0 for llm in llms)
     for a, b in zip(native, hf):
