@@ -42,7 +42,7 @@ def test_the_report_puts_the_step_against_the_floor():
 
 
 def test_an_engine_too_small_for_the_probe_says_so(tiny_llama):
-    llm = LLM(str(tiny_llama), max_model_len=256, num_kv_blocks=2)
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=256, num_kv_blocks=2)
     with pytest.raises(ValueError, match="too small for the decode probe"):
         decode_floor.probe_decode(llm)
 

@@ -33,7 +33,8 @@ def test_inspect_shows_the_kv_bytes_per_token_of_the_cache_dtype(capsys) -> None
     config = json.loads((Path(DEMO_MODEL) / "config.json").read_text())
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     elements = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim
-    for flags, expected in (([], f"float32, {4 * elements:,} bytes per token"),
+    for flags, expected in ((["--dtype", "float32"], f"float32, {4 * elements:,} bytes per token"),
+                            (["--dtype", "bfloat16"], f"bfloat16, {2 * elements:,} bytes per token"),
                             (["--kv-cache-dtype", "fp8_e4m3"], f"float8_e4m3fn, {elements:,} bytes per token")):
         code, out, err = invoke(capsys, "inspect", DATA / "addition.jsonl", "--model", DEMO_MODEL, *flags)
         assert code == 0, err

@@ -34,6 +34,7 @@ def test_demo_job_is_accurate_and_writes_stats(capsys, tmp_path: Path) -> None:
     assert stats["settings"]["max_tokens"] == 8 and stats["settings"]["temperature"] == 0
     assert stats["cost_per_million_output_tokens"] > 0
     assert stats["model_impl"] == "native"
+    assert stats["dtype"] in ("bfloat16", "float32") and stats["dtype_reason"].startswith("auto: ")
 
 
 def test_demo_job_through_transformers_code_is_as_accurate(capsys, tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_each_row_runs_through_the_adapter_it_names(capsys, tmp_path, tiny_llama
     assert "'nonesuch' is neither the model nor one of the job's adapters (base, poem, sql)" in results[-1]["error"]
     # The job's ids are the names' order: poem 1, sql 2.
     loras = {"sql": LoRARequest("sql", 2, str(adapters["sql"])), "poem": LoRARequest("poem", 1, str(adapters["poem"]))}
-    llm = LLM(str(tiny_llama), enable_lora=True)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True)
     expected = llm.generate(PROMPTS[:5], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                             use_tqdm=False, lora_request=[loras.get(choice) for choice in choices[:5]])
     assert [row["generated_text"] for row in results[:5]] == [output.outputs[0].text for output in expected]
@@ -98,7 +98,7 @@ def test_an_openai_batch_lines_body_model_chooses_its_adapter(capsys, tmp_path, 
     failures = [json.loads(line) for line in (tmp_path / "out.errors.jsonl").read_text().splitlines()]
     assert [line["custom_id"] for line in failures] == ["r3"]
     assert "'gpt-4o-mini' is neither the model nor one of" in failures[0]["response"]["body"]["error"]["message"]
-    llm = LLM(str(tiny_llama), enable_lora=True)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True)
     sql = LoRARequest("sql", 1, str(adapters["sql"]))
     expected = llm.generate(PROMPTS[:3], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
                             use_tqdm=False, lora_request=[sql, None, sql])
@@ -112,7 +112,7 @@ def test_a_score_job_scores_each_row_under_its_adapter(capsys, tmp_path, tiny_ll
                           "--param-column", "lora=adapter")
     assert code == 0, err
     results = exported(capsys, tmp_path / "out")
-    llm = LLM(str(tiny_llama), enable_lora=True)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True)
     pair = [("the cat", " sat on the mat")]
     sql = llm.loglikelihood(pair, lora_request=LoRARequest("sql", 1, str(adapters["sql"])))[0].logprob
     base = llm.loglikelihood(pair)[0].logprob

@@ -81,7 +81,7 @@ def test_embeddings_lines_are_answered_as_openais_embeddings(capsys, tmp_path: P
     answers, failures = _run_batch(capsys, _write(tmp_path / "batch.jsonl", EMBEDDINGS), sentence_model)
     assert list(answers) == ["one", "list", "base64", "dims"]
     assert list(failures) == ["empty", "number", "ids", "too-wide", "huge", "too-long"]
-    llm = LLM(str(sentence_model), max_model_len=64)
+    llm = LLM(str(sentence_model), dtype="float32", max_model_len=64)
     expected = dict(zip(TEXTS, llm.embed(TEXTS, use_tqdm=False)))
     for custom_id, texts in [("one", TEXTS[:1]), ("list", TEXTS), ("base64", TEXTS[:2])]:
         body = _body(answers[custom_id])
@@ -134,7 +134,7 @@ def test_score_and_rerank_lines_are_answered_as_vllm_does(capsys, tmp_path: Path
         _request("empty-document", "/v1/rerank", query=QUERY, documents=["x", ""]),
     ])
     answers, failures = _run_batch(capsys, batch, cross_encoder)
-    llm = LLM(str(cross_encoder), max_model_len=64)
+    llm = LLM(str(cross_encoder), dtype="float32", max_model_len=64)
 
     def scored(queries: list[str], documents: list[str]) -> tuple[list[float], int]:
         outputs = llm.score(queries, documents, use_tqdm=False)

@@ -70,7 +70,7 @@ def test_an_embed_job_matches_llm_embed_and_sentence_transformers(capsys, tmp_pa
 
     data = _jsonl(tmp_path / "in.jsonl", [{"prompt": text} for text in TEXTS] + [{"prompt": ""}, {"prompt": None}])
     rows = _run(capsys, sentence_model, data, tmp_path / "out", "--task", "embed")
-    expected = LLM(str(sentence_model), max_model_len=64).embed(TEXTS, use_tqdm=False)
+    expected = LLM(str(sentence_model), dtype="float32", max_model_len=64).embed(TEXTS, use_tqdm=False)
     encoded = SentenceTransformer(str(sentence_model), device="cpu").encode(TEXTS, normalize_embeddings=True)
     for row, output, reference in zip(rows, expected, encoded):
         assert row["error"] is None and row["prompt_tokens"] == len(output.prompt_token_ids)
@@ -88,8 +88,8 @@ def test_dimensions_normalize_and_float16_shape_the_embedding(capsys, tmp_path: 
     pq.write_table(pa.table({"prompt": TEXTS}), data)
     rows = _run(capsys, qwen3, data, tmp_path / "out", "--task", "embed", "--dimensions", "16", "--no-normalize",
                 "--embed-dtype", "float16")
-    expected = LLM(str(qwen3), max_model_len=64).embed(TEXTS, PoolingParams(normalize=False, dimensions=16),
-                                                        use_tqdm=False)
+    expected = LLM(str(qwen3), dtype="float32", max_model_len=64).embed(
+        TEXTS, PoolingParams(normalize=False, dimensions=16), use_tqdm=False)
     for row, output in zip(rows, expected):
         assert len(row["embedding"]) == 16
         assert row["embedding"] == pytest.approx(output.outputs.embedding, rel=1e-3, abs=1e-3)  # float16
@@ -106,7 +106,8 @@ def test_an_embed_job_renders_chat_messages_as_generate_does(capsys, tmp_path: P
     tokenizer = AutoTokenizer.from_pretrained(qwen3)
     prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
                for m in messages]
-    expected = LLM(str(qwen3), max_model_len=64).embed([{"prompt_token_ids": p} for p in prompts], use_tqdm=False)
+    expected = LLM(str(qwen3), dtype="float32", max_model_len=64).embed([{"prompt_token_ids": p} for p in prompts],
+                                                                        use_tqdm=False)
     for row, output in zip(rows, expected):
         assert row["prompt_tokens"] == len(output.prompt_token_ids)
         _close(row["embedding"], output.outputs.embedding, 1e-5)
@@ -116,7 +117,7 @@ def test_a_classify_job_matches_llm_classify(capsys, tmp_path: Path, classifier:
     data = tmp_path / "in.parquet"
     pq.write_table(pa.table({"prompt": TEXTS}), data)
     rows = _run(capsys, classifier, data, tmp_path / "out", "--task", "classify")
-    expected = LLM(str(classifier), max_model_len=64).classify(TEXTS, use_tqdm=False)
+    expected = LLM(str(classifier), dtype="float32", max_model_len=64).classify(TEXTS, use_tqdm=False)
     for row, output in zip(rows, expected):
         _close(row["probs"], output.outputs.probs, 1e-5)
         assert row["label"] == output.outputs.label and row["label"] in LABELS.values()
@@ -126,7 +127,7 @@ def test_a_classify_job_matches_llm_classify(capsys, tmp_path: Path, classifier:
 def test_a_reward_job_matches_llm_reward(capsys, tmp_path: Path, reward_model: Path) -> None:
     data = _jsonl(tmp_path / "in.jsonl", [{"prompt": text} for text in TEXTS])
     rows = _run(capsys, reward_model, data, tmp_path / "out", "--task", "reward")
-    expected = LLM(str(reward_model), max_model_len=64).reward(TEXTS, use_tqdm=False)
+    expected = LLM(str(reward_model), dtype="float32", max_model_len=64).reward(TEXTS, use_tqdm=False)
     _close([row["reward"] for row in rows], [float(output.outputs.data[0]) for output in expected], 1e-5)
 
 
@@ -134,7 +135,7 @@ def test_a_rerank_job_matches_llm_score(capsys, tmp_path: Path, qwen3: Path) -> 
     data = _jsonl(tmp_path / "in.jsonl", [{"q": q, "d": d} for q, d in PAIRS] + [{"q": "no document"}])
     rows = _run(capsys, qwen3, data, tmp_path / "out", "--task", "rerank", "--query-column", "q",
                 "--document-column", "d", *RERANK_FLAGS)
-    llm = LLM(str(qwen3), max_model_len=64, **RERANK)
+    llm = LLM(str(qwen3), dtype="float32", max_model_len=64, **RERANK)
     expected = llm.score([q for q, _ in PAIRS], [d for _, d in PAIRS], use_tqdm=False)
     _close([row["score"] for row in rows[:3]], [output.outputs.score for output in expected], 1e-5)
     assert rows[3]["score"] is None and rows[3]["error"] == "in.jsonl line 4: no 'd' field"
@@ -143,7 +144,8 @@ def test_a_rerank_job_matches_llm_score(capsys, tmp_path: Path, qwen3: Path) -> 
 def test_a_rerank_job_on_a_cross_encoder_matches_llm_score(capsys, tmp_path: Path, reward_model: Path) -> None:
     data = _jsonl(tmp_path / "in.jsonl", [{"query": q, "document": d} for q, d in PAIRS])
     rows = _run(capsys, reward_model, data, tmp_path / "out", "--task", "rerank")
-    expected = LLM(str(reward_model), max_model_len=64).score([q for q, _ in PAIRS], [d for _, d in PAIRS],
+    expected = LLM(str(reward_model), dtype="float32", max_model_len=64).score([q for q, _ in PAIRS], [d for _,
+                                                                                                       d in PAIRS],
                                                               use_tqdm=False)
     _close([row["score"] for row in rows], [output.outputs.score for output in expected], 1e-5)
 
@@ -191,6 +193,6 @@ def test_an_over_long_prompt_fails_its_row_unless_truncate_cuts_it(capsys, tmp_p
     assert failed[0]["prompt_tokens"] > 64 and failed[1]["error"] is None
     cut = _run(capsys, qwen3, data, tmp_path / "cut", "--task", "embed", "--truncate", "left")
     ids = AutoTokenizer.from_pretrained(qwen3)(long)["input_ids"][-64:]
-    [expected] = LLM(str(qwen3), max_model_len=64).embed([{"prompt_token_ids": ids}], use_tqdm=False)
+    [expected] = LLM(str(qwen3), dtype="float32", max_model_len=64).embed([{"prompt_token_ids": ids}], use_tqdm=False)
     assert cut[0]["prompt_tokens"] == 64
     _close(cut[0]["embedding"], expected.outputs.embedding, 1e-5)

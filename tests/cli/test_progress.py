@@ -53,15 +53,17 @@ def test_cost_per_million_output_tokens() -> None:
     assert cost_per_million(3.6, 10, 0) is None
 
 
-def test_summary_table_renders_cost_when_known() -> None:
+def test_summary_table_renders_cost_and_dtype() -> None:
     stats = {"rows_done": 10, "rows_total": 10, "rows_this_run": 10, "rows_failed": 0, "prompt_tokens": 50,
              "output_tokens": 20, "wall_seconds": 2.0, "engine_seconds": 1.0, "output_tokens_per_second": 20.0,
              "prompt_tokens_per_second": 50.0, "preemptions": 0, "prefix_cache_hit_rate": 0.5, "model_impl": "native",
+             "dtype": "bfloat16", "dtype_reason": "auto: this CPU has AVX512-BF16 and AMX",
              "kv_cache_dtype": "float8_e4m3fn", "kv_bytes_per_token": 4096, "cost": 0.001, "cost_per_million_output_tokens": 50.0}
     console = Console(file=io.StringIO(), width=120, color_system=None)
     console.print(summary_table(stats))
     assert "50.0000 per million output tokens" in console.file.getvalue()
     assert "float8_e4m3fn, 4,096 bytes per token" in console.file.getvalue()
+    assert "bfloat16 (auto: this CPU has AVX512-BF16 and AMX)" in console.file.getvalue()
 
 
 def test_plain_lines_go_to_stderr_as_it_is_when_the_run_starts(capsys) -> None:

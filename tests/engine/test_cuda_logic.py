@@ -32,18 +32,18 @@ def test_every_buffer_follows_the_device_the_model_is_built_on(tiny_llama):
 
 
 def test_loaded_parameters_need_no_grad(tiny_llama):
-    llm = LLM(str(tiny_llama), max_model_len=64)
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=64)
     assert not any(p.requires_grad for p in llm.runner.model.parameters())
 
 
 def test_bfloat16_falls_back_to_float16_without_support(tiny_llama, monkeypatch):
     config = ModelConfig.from_hf({**read_config(tiny_llama)[1], "torch_dtype": "float32"})
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert resolve_dtype("auto", config, CUDA) == torch.float16
-    assert resolve_dtype("bfloat16", config, CUDA) == torch.float16
-    assert resolve_dtype("float32", config, CUDA) == torch.float32
+    assert resolve_dtype("auto", config, CUDA).dtype == torch.float16
+    assert resolve_dtype("bfloat16", config, CUDA).dtype == torch.float16
+    assert resolve_dtype("float32", config, CUDA).dtype == torch.float32
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert resolve_dtype("auto", config, CUDA) == torch.bfloat16
+    assert resolve_dtype("auto", config, CUDA).dtype == torch.bfloat16
 
 
 def qwen_like() -> ModelConfig:
@@ -80,7 +80,7 @@ def test_no_room_gives_no_blocks(monkeypatch):
 def test_sliced_logits_give_the_same_prompt_logprobs(tiny_llama, monkeypatch):
     prompts = [list(range(5, 45)), list(range(100, 117))]
     params = SamplingParams(temperature=0, max_tokens=3, prompt_logprobs=2, logprobs=3)
-    llm = LLM(str(tiny_llama), max_model_len=128, enable_prefix_caching=False)
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=128, enable_prefix_caching=False)
     whole = llm.generate(prompts, params, use_tqdm=False)
     monkeypatch.setattr(step_logits, "LOGIT_SLICE_ROWS", 7)  # sampled and prompt rows share slices
     sliced = llm.generate(prompts, params, use_tqdm=False)

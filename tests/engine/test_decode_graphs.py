@@ -22,7 +22,7 @@ def test_buckets_cover_every_batch_size():
 # DeepSeek-V3's latent attention: the padding rows' decode reads block 0 through the absorbed kernel.
 @pytest.mark.parametrize(("arch", "overrides"), [("llama", {}), ("deepseek_v3", {"first_k_dense_replace": 2})])
 def test_padded_decode_step_gives_the_unpadded_hidden_states(checkpoint_factory, arch, overrides):
-    llm = LLM(str(checkpoint_factory(arch, **overrides)), max_model_len=128, block_size=8)
+    llm = LLM(str(checkpoint_factory(arch, **overrides)), dtype="float32", max_model_len=128, block_size=8)
     for index, prompt in enumerate(([5, 6, 7], list(range(10, 40)), list(range(50, 67)))):
         llm.add_request(index, prompt, SamplingParams(temperature=0, max_tokens=8))
     while any(seq.num_output_tokens == 0 for seq in llm.scheduler.running) or llm.scheduler.waiting:
@@ -44,7 +44,7 @@ def test_padded_decode_step_gives_the_unpadded_hidden_states(checkpoint_factory,
 
 def decode_ready(tiny_llama, prompts=([5, 6, 7], list(range(10, 40)), list(range(50, 67)))):
     """An engine whose running sequences have all prefilled, and the graphs' buffers beside it."""
-    llm = LLM(str(tiny_llama), max_model_len=128, block_size=8)
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=128, block_size=8)
     for index, prompt in enumerate(prompts):
         llm.add_request(index, prompt, SamplingParams(temperature=0, max_tokens=8))
     while any(seq.num_output_tokens == 0 for seq in llm.scheduler.running) or llm.scheduler.waiting:

@@ -1,5 +1,5 @@
 """deterministic=True: a request's tokens and logprobs are bitwise the same alone, in a mixed
-batch, with its prompt chunked, and after a preemption."""
+batch, with its prompt chunked, and after a preemption, in float32 and in bfloat16."""
 
 from __future__ import annotations
 
@@ -43,41 +43,47 @@ def run(path, batch: list[int], **options) -> list[tuple]:
     return results(llm.generate([prompts()[i] for i in batch], [params(i) for i in batch], use_tqdm=False))
 
 
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def dtype(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def alone(tiny_llama) -> list[tuple]:
-    llm = LLM(str(tiny_llama), **ENGINE, enable_prefix_caching=False)
+def alone(tiny_llama, dtype) -> list[tuple]:
+    llm = LLM(str(tiny_llama), **ENGINE, dtype=dtype, enable_prefix_caching=False)
     return [results(llm.generate([prompt], [params(i)], use_tqdm=False))[0] for i, prompt in enumerate(prompts())]
 
 
-def test_mixed_batches_match_alone(tiny_llama, alone):
+def test_mixed_batches_match_alone(tiny_llama, alone, dtype):
     everything = list(range(len(prompts())))
-    assert run(tiny_llama, everything) == alone
+    assert run(tiny_llama, everything, dtype=dtype) == alone
     odd_company = [5, 0, 7, 2]  # another order, another batch composition
-    assert run(tiny_llama, odd_company) == [alone[i] for i in odd_company]
+    assert run(tiny_llama, odd_company, dtype=dtype) == [alone[i] for i in odd_company]
 
 
-def test_chunked_prompts_match_alone(tiny_llama, alone):
+def test_chunked_prompts_match_alone(tiny_llama, alone, dtype):
     everything = list(range(len(prompts())))
-    assert run(tiny_llama, everything, max_num_batched_tokens=24) == alone
+    assert run(tiny_llama, everything, dtype=dtype, max_num_batched_tokens=24) == alone
 
 
-def test_preempted_requests_match_alone(tiny_llama, alone):
+def test_preempted_requests_match_alone(tiny_llama, alone, dtype):
     everything = list(range(len(prompts())))
-    assert run(tiny_llama, everything, num_kv_blocks=16, enable_prefix_caching=False) == alone
+    assert run(tiny_llama, everything, dtype=dtype, num_kv_blocks=16, enable_prefix_caching=False) == alone
 
 
 def test_preemption_happens_in_that_setup(tiny_llama):
-    llm = LLM(str(tiny_llama), **ENGINE, num_kv_blocks=16, enable_prefix_caching=False)
+    llm = LLM(str(tiny_llama), **ENGINE, dtype="float32", num_kv_blocks=16, enable_prefix_caching=False)
     llm.generate(prompts(), [params(i) for i in range(len(prompts()))], use_tqdm=False)
     assert llm.stats.preemptions > 0
 
 
-def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory, dtype):
     path = checkpoint_factory("qwen2_moe")  # routed experts, a shared expert and a dense layer
     batch = [3, 0, 2, 1]
-    llm = LLM(str(path), **ENGINE, enable_prefix_caching=False)
+    llm = LLM(str(path), **ENGINE, dtype=dtype, enable_prefix_caching=False)
     alone = [results(llm.generate([prompts()[i]], [params(i)], use_tqdm=False))[0] for i in batch]
-    assert run(path, batch, max_num_batched_tokens=24) == alone
+    assert run(path, batch, dtype=dtype, max_num_batched_tokens=24) == alone
 
 
 @pytest.mark.parametrize("arch", ["lfm2", pytest.param("granite_h", marks=pytest.mark.slow)])
@@ -92,11 +98,11 @@ def test_hybrid_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory, arch)
 
 
 def test_gpt_oss_in_a_chunked_mixed_batch_matches_alone(tiny_gpt_oss):
-    """Sinks, per-layer windows and biased experts (dtype float32: the checkpoint's) keep a request's bits."""
+    """Sinks, per-layer windows and biased experts (in float32, the checkpoint's) keep a request's bits."""
     batch = [3, 0, 2, 1]
-    llm = LLM(str(tiny_gpt_oss), **ENGINE, enable_prefix_caching=False)
+    llm = LLM(str(tiny_gpt_oss), **ENGINE, dtype="float32", enable_prefix_caching=False)
     alone = [results(llm.generate([prompts()[i]], [params(i)], use_tqdm=False))[0] for i in batch]
-    assert run(tiny_gpt_oss, batch, max_num_batched_tokens=24) == alone
+    assert run(tiny_gpt_oss, batch, dtype="float32", max_num_batched_tokens=24) == alone
 
 
 VARIANTS = [{}, {"sliding_window": 5}, {"sliding_window": 40}, {"softcap": 3.0}, {"sliding_window": 7, "softcap": 2.0}]

@@ -50,15 +50,15 @@ def test_fp8_blocks_fit_one_byte_per_element(dtype, ratio):
 
 
 def test_engine_allocates_an_fp8_pool_of_four_times_the_blocks(tiny_llama):
-    full = LLM(str(tiny_llama), max_model_len=256, kv_cache_memory_gb=0.001)
-    fp8 = LLM(str(tiny_llama), max_model_len=256, kv_cache_memory_gb=0.001, **FP8)
+    full = LLM(str(tiny_llama), dtype="float32", max_model_len=256, kv_cache_memory_gb=0.001)
+    fp8 = LLM(str(tiny_llama), dtype="float32", max_model_len=256, kv_cache_memory_gb=0.001, **FP8)
     assert fp8.runner.kv_caches[0].dtype == torch.float8_e4m3fn
     assert fp8.runner.num_blocks == 4 * full.runner.num_blocks
 
 
 def test_fp8_logits_are_close_to_the_full_cache(tiny_llama):
-    full = LLM(str(tiny_llama), max_model_len=256, block_size=8)
-    fp8 = LLM(str(tiny_llama), max_model_len=256, block_size=8, **FP8)
+    full = LLM(str(tiny_llama), dtype="float32", max_model_len=256, block_size=8)
+    fp8 = LLM(str(tiny_llama), dtype="float32", max_model_len=256, block_size=8, **FP8)
     for ids in prompts(4, 40, seed=0):
         expected, actual = last_logits(full, ids), last_logits(fp8, ids)
         error = (actual - expected).abs()
@@ -70,8 +70,8 @@ def test_fp8_logits_are_those_of_a_full_cache_holding_e4m3_values(tiny_llama):
     # The whole difference is the rounding of what is stored: an fp32 cache given the same rounded
     # keys and values, and reading a prompt's keys back from it as an fp8 cache does (rather than
     # attending to the step's unrounded ones), gives the same logits.
-    fp8 = LLM(str(tiny_llama), max_model_len=256, block_size=8, **FP8)
-    rounded = LLM(str(tiny_llama), max_model_len=256, block_size=8)
+    fp8 = LLM(str(tiny_llama), dtype="float32", max_model_len=256, block_size=8, **FP8)
+    rounded = LLM(str(tiny_llama), dtype="float32", max_model_len=256, block_size=8)
     store, attend = rounded.runner.ops.store_kv, rounded.runner.ops.paged_attention
 
     def store_rounded(key, value, k_cache, v_cache, slots, **scales):
@@ -88,13 +88,14 @@ def test_fp8_logits_are_those_of_a_full_cache_holding_e4m3_values(tiny_llama):
 
 def busy_fp8_engine(path: str) -> LLM:
     # 5-token steps chunk every prompt; 12 blocks of 2 tokens hold one finished request (<= 21 tokens).
-    return LLM(path, max_model_len=256, block_size=2, num_kv_blocks=12, max_num_batched_tokens=5, **FP8)
+    return LLM(path, dtype="float32", max_model_len=256, block_size=2, num_kv_blocks=12, max_num_batched_tokens=5,
+               **FP8)
 
 
 def test_fp8_greedy_tokens_do_not_depend_on_chunks_prefix_hits_or_preemption(tiny_llama):
     shared = prompts(1, 6, seed=1)[0]
     batch = [shared + tail for tail in prompts(4, 3, seed=2)]
-    plain = tokens(LLM(str(tiny_llama), max_model_len=256, enable_prefix_caching=False, **FP8), batch)
+    plain = tokens(LLM(str(tiny_llama), dtype="float32", max_model_len=256, enable_prefix_caching=False, **FP8), batch)
     busy = busy_fp8_engine(str(tiny_llama))
     assert tokens(busy, batch) == plain
     assert busy.stats.preemptions > 0 and busy.stats.prefix_cache_hit_tokens > 0
@@ -106,7 +107,7 @@ def test_fp8_greedy_tokens_equal_the_full_cache_on_short_prompts(checkpoint_fact
     # margin among them is 0.06 logits).
     path = str(checkpoint_factory("llama", initializer_range=0.15))
     batch = [prompts(1, 6, seed=seed)[0] for seed in range(4)]
-    expected = tokens(LLM(path, max_model_len=256, enable_prefix_caching=False), batch)
+    expected = tokens(LLM(path, dtype="float32", max_model_len=256, enable_prefix_caching=False), batch)
     busy = busy_fp8_engine(path)
     assert tokens(busy, batch) == expected
     assert busy.stats.preemptions > 0
@@ -128,8 +129,8 @@ def test_checkpoint_scales_set_what_the_cache_stores(tiny_llama, tmp_path):
     scales = {key: 4.0, value: 0.25, "model.layers.1.self_attn.kv_scale": 2.0}
     path = with_kv_scales(tiny_llama, tmp_path / "scaled", scales)
     prompt = prompts(1, 30, seed=3)
-    full = LLM(str(path), max_model_len=64)
-    fp8 = LLM(str(path), max_model_len=64, **FP8)
+    full = LLM(str(path), dtype="float32", max_model_len=64)
+    fp8 = LLM(str(path), dtype="float32", max_model_len=64, **FP8)
     layers = fp8.runner.model.attention_layers()
     assert [(layer.k_scale, layer.v_scale) for layer in layers] == [(4.0, 0.25), (2.0, 2.0)]
     for llm in (full, fp8):  # the prompt's keys and values only: the sampled token is never stored
@@ -145,8 +146,8 @@ def test_checkpoint_scales_set_what_the_cache_stores(tiny_llama, tmp_path):
 def test_modelopt_scale_names_are_read_and_a_bad_scale_is_refused(tiny_llama, tmp_path):
     path = with_kv_scales(tiny_llama, tmp_path / "modelopt", {"model.layers.1.self_attn.k_proj.k_scale": 0.5,
                                                              "model.layers.1.self_attn.v_proj.v_scale": 3.0})
-    layer = LLM(str(path), max_model_len=64, **FP8).runner.model.attention_layers()[1]
+    layer = LLM(str(path), dtype="float32", max_model_len=64, **FP8).runner.model.attention_layers()[1]
     assert (layer.k_scale, layer.v_scale) == (0.5, 3.0)
     path = with_kv_scales(tiny_llama, tmp_path / "zero", {"model.layers.0.self_attn.k_scale": 0.0})
     with pytest.raises(ValueError, match="k_scale must be one positive scale"):
-        LLM(str(path), max_model_len=64, **FP8)
+        LLM(str(path), dtype="float32", max_model_len=64, **FP8)

@@ -61,8 +61,8 @@ def generate(llm, prompt_ids, loras):
 ], ids=["plain", "chunked", "preempted", "evicted"])
 def test_a_batch_mixing_adapters_and_base_rows_matches_the_merged_models(tiny_llama, adapters, references,
                                                                           options):
-    llm = LLM(str(tiny_llama), enable_lora=True, block_size=4, max_model_len=128, enable_prefix_caching=False,
-              **options)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True, block_size=4, max_model_len=128,
+              enable_prefix_caching=False, **options)
     prompt_ids = prompts(8, 11)
     loras = [[*adapters, None][i % 4] for i in range(len(prompt_ids))]
     check_outputs(references, prompt_ids, loras, generate(llm, prompt_ids, loras))
@@ -72,14 +72,14 @@ def test_a_batch_mixing_adapters_and_base_rows_matches_the_merged_models(tiny_ll
 
 def test_adapters_change_the_output(tiny_llama, adapters):
     """The check above would pass for an engine that ignored adapters if they did not change the tokens."""
-    llm = LLM(str(tiny_llama), enable_lora=True, max_model_len=128)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True, max_model_len=128)
     prompt = prompts(1, 12)[0]
     outputs = generate(llm, [prompt] * 4, [*adapters, None])
     assert len({tuple(o.outputs[0].token_ids) for o in outputs}) == 4
 
 
 def test_the_prefix_cache_never_serves_one_adapter_the_blocks_of_another(tiny_llama, adapters, references):
-    llm = LLM(str(tiny_llama), enable_lora=True, block_size=4, max_model_len=128)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True, block_size=4, max_model_len=128)
     prompt = prompts(1, 21)[0]
     order = [adapters[0], adapters[1], None, adapters[0]]
     outputs = [generate(llm, [prompt], [lora])[0] for lora in order]
@@ -88,7 +88,7 @@ def test_the_prefix_cache_never_serves_one_adapter_the_blocks_of_another(tiny_ll
 
 
 def test_an_adapter_that_cannot_run_is_that_requests_error(tiny_llama, adapters, tmp_path):
-    llm = LLM(str(tiny_llama), enable_lora=True, max_lora_rank=8, max_model_len=128)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True, max_lora_rank=8, max_model_len=128)
     refused = {
         "missing": (tmp_path / "nowhere", "no adapter_config.json"),
         "dora": (make_adapter(tiny_llama, tmp_path / "dora", 4, 0, use_dora=True), "DoRA"),
@@ -104,17 +104,17 @@ def test_an_adapter_that_cannot_run_is_that_requests_error(tiny_llama, adapters,
 
 
 def test_an_adapter_asked_of_an_engine_without_lora_is_the_requests_error(tiny_llama, adapters):
-    output = generate(LLM(str(tiny_llama), max_model_len=128), [[5, 6, 7]], [adapters[0]])[0]
+    output = generate(LLM(str(tiny_llama), dtype="float32", max_model_len=128), [[5, 6, 7]], [adapters[0]])[0]
     assert "enable_lora" in output.error
 
 
 def test_tensor_parallelism_with_adapters_is_refused_in_one_line(tiny_llama):
     with pytest.raises(ValueError, match="LoRA adapters run without tensor parallelism"):
-        LLM(str(tiny_llama), enable_lora=True, tensor_parallel_size=2)
+        LLM(str(tiny_llama), dtype="float32", enable_lora=True, tensor_parallel_size=2)
 
 
 def test_loglikelihood_under_an_adapter_is_the_merged_models(tiny_llama, adapters, references):
-    llm = LLM(str(tiny_llama), enable_lora=True, max_model_len=128)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True, max_model_len=128)
     context, continuation = prompts(2, 9)
     score = llm.loglikelihood_tokens([(context, continuation)], lora_request=adapters[1])[0]
     with torch.no_grad():
@@ -125,12 +125,12 @@ def test_loglikelihood_under_an_adapter_is_the_merged_models(tiny_llama, adapter
 
 def test_adapters_on_the_transformers_path_are_refused_in_one_line(tiny_llama):
     with pytest.raises(ValueError, match=r"LoRA adapters \(enable_lora\) needs bulkinfer's native code"):
-        LLM(str(tiny_llama), enable_lora=True, model_impl="transformers")
+        LLM(str(tiny_llama), dtype="float32", enable_lora=True, model_impl="transformers")
 
 
 def test_a_request_whose_adapter_finds_no_free_slot_waits_for_one(tiny_llama, adapters, references):
     """One slot, two adapters: no step ever runs both, and every request finishes with its adapter's tokens."""
-    llm = LLM(str(tiny_llama), enable_lora=True, max_loras=1, max_model_len=128)
+    llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True, max_loras=1, max_model_len=128)
     steps = []
     execute = llm.runner.execute
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not linear._ONEDNN, reason="oneDNN is not availa
 
 
 def test_a_long_run_sends_onednn_few_row_counts(tiny_llama, monkeypatch):
-    llm = LLM(str(tiny_llama), max_model_len=128, max_num_seqs=48, device="cpu")
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=128, max_num_seqs=48, device="cpu")
     row_counts = set()
     onednn = torch.ops.mkldnn._linear_pointwise
 

@@ -36,7 +36,7 @@ def assert_greedy_matches(hf, prompt_ids, outputs):
 def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int, atol: float = 1e-4,
                                **options) -> LLM:
     """Last-position logits within ``atol``, then greedy generations token for token; ``options`` go to LLM."""
-    hf, llm = hf_model(path), LLM(str(path), block_size=block_size, max_model_len=256, **options)
+    hf, llm = hf_model(path), LLM(str(path), dtype="float32", block_size=block_size, max_model_len=256, **options)
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:num_prompts]
     for ids in prompt_ids:
         with torch.no_grad():
@@ -67,7 +67,7 @@ def test_variants_match_transformers(checkpoint_factory, overrides):
 
 
 def test_text_prompts_are_tokenized_like_transformers(tiny_llama):
-    llm = LLM(str(tiny_llama), max_model_len=128)
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=128)
     [output] = llm.generate("The quick brown fox", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
     assert output.prompt_token_ids == llm.tokenizer("The quick brown fox").input_ids
     assert output.prompt == "The quick brown fox"

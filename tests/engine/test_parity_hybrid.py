@@ -32,7 +32,8 @@ def test_greedy_matches_with_chunked_prefill_and_preemption(checkpoint_factory, 
     requests of up to 46 tokens (preemption frees the slot, and the recomputed sequence rebuilds its state)."""
     path = checkpoint_factory(arch)
     prompts = random_prompts(8, 20, 40, seed=3)
-    llm = LLM(str(path), block_size=4, max_model_len=64, max_num_batched_tokens=7, num_kv_blocks=16, max_num_seqs=4)
+    llm = LLM(str(path), dtype="float32", block_size=4, max_model_len=64, max_num_batched_tokens=7, num_kv_blocks=16,
+              max_num_seqs=4)
     outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert llm.stats.preemptions > 0
     assert_greedy_matches(hf_model(path), prompts, outputs)
@@ -46,7 +47,7 @@ def test_prefix_caching_is_off_with_its_reason(checkpoint_factory, arch):
     path = checkpoint_factory(arch)
     shared = random_prompts(1, 20, 21, seed=2)[0]
     prompts = [shared + tail for tail in random_prompts(3, 3, 6, seed=4)]
-    llm = LLM(str(path), block_size=4, max_model_len=64, enable_prefix_caching=True)
+    llm = LLM(str(path), dtype="float32", block_size=4, max_model_len=64, enable_prefix_caching=True)
     outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert llm.stats.prefix_cache_hit_tokens == 0 and llm.stats.prefix_caching_off == NO_PREFIX_CACHING
     assert_greedy_matches(hf_model(path), prompts, outputs)
@@ -56,7 +57,7 @@ def test_slots_bound_the_running_sequences(checkpoint_factory):
     """Two slots for five requests: the rest wait for a slot, and every output still matches."""
     path = checkpoint_factory("qwen3_5")
     prompts = random_prompts(5, 3, 12, seed=5)
-    llm = LLM(str(path), block_size=4, max_model_len=64, max_num_seqs=2)
+    llm = LLM(str(path), dtype="float32", block_size=4, max_model_len=64, max_num_seqs=2)
     assert llm.runner.state_pool.num_slots == 2
     outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert_greedy_matches(hf_model(path), prompts, outputs)
@@ -66,7 +67,7 @@ def test_slots_bound_the_running_sequences(checkpoint_factory):
 def test_inspect_counts_kv_bytes_of_the_attention_layers_only(checkpoint_factory):
     """`bulkinfer inspect`'s KV line agrees with the engine: one attention layer of four holds a cache."""
     path = checkpoint_factory("qwen3_5")
-    llm = LLM(str(path), block_size=4, max_model_len=64, max_num_seqs=2)
-    line = kv_cache_line(str(path), EngineConfig())
+    llm = LLM(str(path), dtype="float32", block_size=4, max_model_len=64, max_num_seqs=2)
+    line = kv_cache_line(str(path), EngineConfig(dtype="float32"))
     assert line == f"float32, {llm.runner.kv_bytes_per_token:,} bytes per token"
     assert llm.runner.kv_bytes_per_token == 2 * 1 * 2 * 16 * 4  # keys and values, 1 layer, 2 heads of 16, fp32

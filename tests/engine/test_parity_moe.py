@@ -38,7 +38,7 @@ def test_greedy_matches_with_chunks_prefix_cache_and_preemption(checkpoint_facto
 def test_qwen_moe_layer_pattern_and_shared_expert(checkpoint_factory):
     """decoder_sparse_step and mlp_only_layers pick the dense layers; Qwen2-MoE's shared expert is built."""
     path = checkpoint_factory("qwen2_moe", num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[3])
-    llm = LLM(str(path), max_model_len=64)
+    llm = LLM(str(path), dtype="float32", max_model_len=64)
     layers = llm.runner.model.model.layers
     assert [type(layer.mlp).__name__ for layer in layers] == ["MLP", "SparseMoeBlock", "MLP", "MLP"]
     assert layers[1].mlp.shared_expert is not None

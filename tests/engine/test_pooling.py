@@ -47,7 +47,7 @@ def embeddings(llm: LLM, prompts: list[list[int]], params: PoolingParams = RAW) 
 
 @pytest.mark.parametrize("method", ["last", "mean", "cls"])
 def test_pooled_hidden_states_match_transformers_across_chunks(qwen3, hf_hidden, method):
-    llm = LLM(str(qwen3), pooling=method, max_model_len=128, block_size=8, max_num_batched_tokens=16)
+    llm = LLM(str(qwen3), dtype="float32", pooling=method, max_model_len=128, block_size=8, max_num_batched_tokens=16)
     for prompt, embedding in zip(PROMPTS, embeddings(llm, PROMPTS)):
         torch.testing.assert_close(embedding, POOLED[method](hf_hidden(prompt)), atol=1e-4, rtol=0)
 
@@ -55,7 +55,7 @@ def test_pooled_hidden_states_match_transformers_across_chunks(qwen3, hf_hidden,
 def test_transformers_model_code_embeds_too(checkpoint_factory):
     path = checkpoint_factory("llama")
     model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
-    llm = LLM(str(path), model_impl="transformers", pooling="mean", max_model_len=128, block_size=8,
+    llm = LLM(str(path), dtype="float32", model_impl="transformers", pooling="mean", max_model_len=128, block_size=8,
               max_num_batched_tokens=16)
     for prompt, embedding in zip(PROMPTS, embeddings(llm, PROMPTS)):
         with torch.no_grad():
@@ -64,7 +64,7 @@ def test_transformers_model_code_embeds_too(checkpoint_factory):
 
 
 def test_last_token_pooling_takes_prefix_cache_hits(qwen3, hf_hidden):
-    llm = LLM(str(qwen3), pooling="last", max_model_len=128, block_size=8)
+    llm = LLM(str(qwen3), dtype="float32", pooling="last", max_model_len=128, block_size=8)
     embeddings(llm, [SHARED + [70]])
     [output] = llm.embed([SHARED + [71, 72]], RAW, use_tqdm=False)
     assert output.num_cached_tokens == len(SHARED)
@@ -74,7 +74,7 @@ def test_last_token_pooling_takes_prefix_cache_hits(qwen3, hf_hidden):
 
 @pytest.mark.parametrize("method", ["mean", "cls"])
 def test_mean_and_cls_pooling_compute_every_token(qwen3, hf_hidden, method):
-    llm = LLM(str(qwen3), pooling=method, max_model_len=128, block_size=8)
+    llm = LLM(str(qwen3), dtype="float32", pooling=method, max_model_len=128, block_size=8)
     embeddings(llm, [SHARED + [70]])
     [output] = llm.embed([SHARED + [71, 72]], RAW, use_tqdm=False)
     assert output.num_cached_tokens == 0
@@ -85,7 +85,8 @@ def test_mean_and_cls_pooling_compute_every_token(qwen3, hf_hidden, method):
 def test_a_preempted_mean_pooling_request_starts_its_sum_again(qwen3, hf_hidden):
     # Five 8-token blocks: the generating request, admitted first, grows into the blocks the pooling request's
     # later chunks need, so the pooling request is preempted part-way and computed again from its start.
-    llm = LLM(str(qwen3), pooling="mean", max_model_len=40, block_size=8, num_kv_blocks=5, max_num_batched_tokens=8)
+    llm = LLM(str(qwen3), dtype="float32", pooling="mean", max_model_len=40, block_size=8, num_kv_blocks=5,
+              max_num_batched_tokens=8)
     llm.add_request("generate", list(range(100, 108)), SamplingParams(max_tokens=30, ignore_eos=True))
     prompt = list(range(300, 330))
     llm.add_pooling_request("embed", prompt, "embed", RAW)
@@ -107,7 +108,7 @@ def test_embeddings_match_sentence_transformers(qwen3, tmp_path, mode):
     path = make_sentence_transformer(tmp_path / mode, qwen3, mode)
     expected = SentenceTransformer(str(path), device="cpu").encode(TEXTS, convert_to_tensor=True,
                                                                    normalize_embeddings=True)
-    llm = LLM(str(path), max_model_len=64, block_size=8)  # pooling auto: the model's Pooling config
+    llm = LLM(str(path), dtype="float32", max_model_len=64, block_size=8)  # pooling auto: the model's Pooling config
     torch.testing.assert_close(torch.stack(embeddings(llm, TEXTS, PoolingParams())), expected, atol=1e-4, rtol=0)
 
 
@@ -117,7 +118,7 @@ def test_dimensions_cut_before_normalizing_as_sentence_transformers(qwen3, tmp_p
     path = make_sentence_transformer(tmp_path / "st", qwen3, "mean")
     expected = SentenceTransformer(str(path), device="cpu").encode(TEXTS, convert_to_tensor=True, truncate_dim=16,
                                                                    normalize_embeddings=True)
-    llm = LLM(str(path), max_model_len=64, block_size=8)
+    llm = LLM(str(path), dtype="float32", max_model_len=64, block_size=8)
     got = torch.stack(embeddings(llm, TEXTS, PoolingParams(dimensions=16)))
     assert got.shape == (3, 16)
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
@@ -128,12 +129,12 @@ def test_pooling_modes_bulkinfer_does_not_run_are_refused(qwen3, tmp_path):
 
     path = make_sentence_transformer(tmp_path / "max", qwen3, "max")
     with pytest.raises(UnsupportedModelError, match="pooling 'max' is not supported"):
-        LLM(str(path), max_model_len=64)
-    LLM(str(path), max_model_len=64, pooling="mean")  # the setting overrides the model's config
+        LLM(str(path), dtype="float32", max_model_len=64)
+    LLM(str(path), dtype="float32", max_model_len=64, pooling="mean")  # the setting overrides the model's config
 
     bidirectional = tmp_path / "bidirectional"
     shutil.copytree(qwen3, bidirectional)
     config = json.loads((bidirectional / "config.json").read_text())
     (bidirectional / "config.json").write_text(json.dumps({**config, "is_causal": False}))
     with pytest.raises(UnsupportedModelError, match="bidirectional attention"):
-        LLM(str(bidirectional), max_model_len=64)
+        LLM(str(bidirectional), dtype="float32", max_model_len=64)

@@ -40,7 +40,7 @@ def hf_logits(path, prompts: list[list[int]]) -> list[torch.Tensor]:
 
 
 def test_classifier_logits_and_probs_match_transformers_chunked_and_cached(classifier):
-    llm = LLM(str(classifier), max_model_len=64, block_size=8, max_num_batched_tokens=16)
+    llm = LLM(str(classifier), dtype="float32", max_model_len=64, block_size=8, max_num_batched_tokens=16)
     assert llm.supported_tasks == ("classify", "reward")
     classified = llm.classify(PROMPTS, use_tqdm=False)
     rewarded = llm.reward(PROMPTS, use_tqdm=False)
@@ -54,13 +54,13 @@ def test_classifier_logits_and_probs_match_transformers_chunked_and_cached(class
 @pytest.mark.parametrize("arch", ["mistral", "qwen2", "qwen3"])
 def test_every_dense_family_has_a_native_classification_head(checkpoint_factory, arch):
     path = checkpoint_factory(arch, classifier=True, num_labels=2)
-    llm = LLM(str(path), max_model_len=64, block_size=8)
+    llm = LLM(str(path), dtype="float32", max_model_len=64, block_size=8)
     for expected, output in zip(hf_logits(path, PROMPTS), llm.reward(PROMPTS, use_tqdm=False)):
         torch.testing.assert_close(output.outputs.data, expected, atol=1e-4, rtol=0)
 
 
 def test_a_reward_model_returns_its_one_raw_score(one_label):
-    llm = LLM(str(one_label), max_model_len=64, block_size=8)
+    llm = LLM(str(one_label), dtype="float32", max_model_len=64, block_size=8)
     assert llm.supported_tasks == ("classify", "reward", "score")
     rewarded, classified = llm.reward(PROMPTS, use_tqdm=False), llm.classify(PROMPTS, use_tqdm=False)
     for expected, output, by_class in zip(hf_logits(one_label, PROMPTS), rewarded, classified):
@@ -70,7 +70,7 @@ def test_a_reward_model_returns_its_one_raw_score(one_label):
 
 
 def test_a_one_label_classifier_scores_pairs_as_a_cross_encoder(one_label):
-    llm = LLM(str(one_label), max_model_len=64, block_size=8)
+    llm = LLM(str(one_label), dtype="float32", max_model_len=64, block_size=8)
     tokenizer = AutoTokenizer.from_pretrained(one_label)
     [query] = {query for query, _ in PAIRS}
     scores = llm.score(query, [document for _, document in PAIRS], use_tqdm=False)
@@ -81,7 +81,7 @@ def test_a_one_label_classifier_scores_pairs_as_a_cross_encoder(one_label):
 
 def test_a_reranker_scores_with_its_two_tokens_logits(checkpoint_factory):
     path = checkpoint_factory("llama")
-    llm = LLM(str(path), max_model_len=64, block_size=8, **RERANK)
+    llm = LLM(str(path), dtype="float32", max_model_len=64, block_size=8, **RERANK)
     assert llm.supported_tasks == ("generate", "embed", "score")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -97,7 +97,7 @@ def test_a_reranker_scores_with_its_two_tokens_logits(checkpoint_factory):
 
 def test_an_embedding_model_scores_pairs_by_cosine_similarity(checkpoint_factory):
     path = checkpoint_factory("qwen3")
-    llm = LLM(str(path), max_model_len=64, block_size=8)
+    llm = LLM(str(path), dtype="float32", max_model_len=64, block_size=8)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
     with torch.no_grad():
@@ -109,7 +109,7 @@ def test_an_embedding_model_scores_pairs_by_cosine_similarity(checkpoint_factory
 
 
 def test_a_request_the_model_cannot_serve_fails_alone(checkpoint_factory, classifier):
-    llm = LLM(str(checkpoint_factory("llama")), max_model_len=64, block_size=8)
+    llm = LLM(str(checkpoint_factory("llama")), dtype="float32", max_model_len=64, block_size=8)
     llm.add_pooling_request("classify", [5, 6, 7], "classify")
     llm.add_pooling_request("too wide", [5, 6, 7], "embed", PoolingParams(dimensions=65))
     llm.add_pooling_request("too long", list(range(10, 80)), "embed")
@@ -124,7 +124,7 @@ def test_a_request_the_model_cannot_serve_fails_alone(checkpoint_factory, classi
     with pytest.raises(ValueError, match="task must be one of"):
         llm.add_pooling_request("typo", [5], "embedding")
 
-    no_lm_head = LLM(str(classifier), max_model_len=64, block_size=8)
+    no_lm_head = LLM(str(classifier), dtype="float32", max_model_len=64, block_size=8)
     [generated] = no_lm_head.generate([[5, 6, 7]], SamplingParams(max_tokens=2), use_tqdm=False)
     assert generated.error.startswith("this model has no LM head")
     with pytest.raises(ValueError, match="cannot score pairs"):

@@ -78,7 +78,7 @@ def quantized(request, tmp_path_factory, checkpoint_factory):
 
 def test_logits_and_greedy_match_the_dequantized_model(quantized, checkpoint_factory):
     path, reference = quantized
-    llm = LLM(str(path), block_size=8, max_model_len=128)
+    llm = LLM(str(path), dtype="float32", block_size=8, max_model_len=128)
     layers = [m for m in llm.runner.model.modules() if isinstance(m, QuantizedLinear)]
     assert len(layers) == 2 * 4  # qkv, o, gate_up, down of each of the 2 layers; lm_head stays plain
     # Held quantized: at most 10 bits a weight (int8 with fp32 scales for groups of 32) where plain holds 32.
@@ -101,7 +101,7 @@ def test_logits_and_greedy_match_the_dequantized_model(quantized, checkpoint_fac
 def test_quantized_experts_match_the_dequantized_model(tmp_path_factory, checkpoint_factory, arch, name):
     """Every expert's projections quantized (the router stays plain), Mixtral's expert names too."""
     path, reference = quantized_and_reference(tmp_path_factory, checkpoint_factory, name, arch)
-    llm = LLM(str(path), block_size=8, max_model_len=128)
+    llm = LLM(str(path), dtype="float32", block_size=8, max_model_len=128)
     assert all(isinstance(layer.mlp.experts, QuantizedExperts) for layer in llm.runner.model.model.layers)
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:3]
     for ids in prompt_ids:
@@ -116,7 +116,7 @@ def test_the_fused_moe_kernel_reads_the_loaded_experts(tmp_path_factory, checkpo
     """The GPU's path for quantized experts (the Triton kernel, in the interpreter here) on the stacks the
     loader filled: the CPU path's result."""
     path, _ = quantized_and_reference(tmp_path_factory, checkpoint_factory, name, "qwen3_moe")
-    llm = LLM(str(path), block_size=8, max_model_len=128)
+    llm = LLM(str(path), dtype="float32", block_size=8, max_model_len=128)
     experts = llm.runner.model.model.layers[0].mlp.experts
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(5, llm.model_config.hidden_size, generator=generator)
@@ -132,7 +132,7 @@ def test_the_fused_moe_kernel_reads_the_loaded_experts(tmp_path_factory, checkpo
 def test_greedy_matches_with_chunks_prefix_cache_and_preemption(tmp_path_factory, checkpoint_factory, name):
     """Shared prefixes, 7-token steps and too few blocks for all requests at once."""
     path, reference = quantized_and_reference(tmp_path_factory, checkpoint_factory, name)
-    llm = LLM(str(path), block_size=4, max_model_len=128, max_num_batched_tokens=7, num_kv_blocks=20,
+    llm = LLM(str(path), dtype="float32", block_size=4, max_model_len=128, max_num_batched_tokens=7, num_kv_blocks=20,
               enable_prefix_caching=True)
     shared = random_prompts(1, 20, 21, seed=2)[0]
     prompt_ids = [shared + tail for tail in random_prompts(8, 5, 40, seed=3)]
@@ -146,7 +146,8 @@ def test_greedy_matches_with_chunks_prefix_cache_and_preemption(tmp_path_factory
 def test_deterministic_mode_keeps_quantized_results_batch_invariant(tmp_path_factory, checkpoint_factory, name, arch):
     """Each request's tokens and logprobs are bitwise the same alone and in a batch with others."""
     path, _ = quantized_and_reference(tmp_path_factory, checkpoint_factory, name, arch)
-    llm = LLM(str(path), max_model_len=128, block_size=8, deterministic=True, enable_prefix_caching=False)
+    llm = LLM(str(path), dtype="float32", max_model_len=128, block_size=8, deterministic=True,
+              enable_prefix_caching=False)
     batch = random_prompts(4, 3, 60, seed=7)
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=2)
 

@@ -15,7 +15,7 @@ from probes import last_logits
 
 @pytest.fixture(scope="module")
 def llm(tiny_llama) -> LLM:
-    return LLM(str(tiny_llama), max_model_len=256)
+    return LLM(str(tiny_llama), dtype="float32", max_model_len=256)
 
 
 def sample_tokens(llm, prompts, params):
@@ -111,7 +111,7 @@ def test_stop_strings_cut_the_text(llm):
 
 def test_stop_token_ids_and_every_eos_id(checkpoint_factory):
     path = checkpoint_factory("llama3")  # generation_config.json lists two EOS ids
-    llm = LLM(str(path), max_model_len=256)
+    llm = LLM(str(path), dtype="float32", max_model_len=256)
     assert {llm.tokenizer.convert_tokens_to_ids(t) for t in ("</s>", "<|eot|>")} <= llm.stop_checker.eos_token_ids
     [free] = llm.generate(["Hi"], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True), use_tqdm=False)
     tokens = free.outputs[0].token_ids
@@ -125,7 +125,7 @@ def test_stop_token_ids_and_every_eos_id(checkpoint_factory):
 @pytest.mark.parametrize("eos_token", ["</s>", "<|eot|>"])
 def test_each_eos_id_ends_generation(checkpoint_factory, eos_token):
     path = checkpoint_factory("llama3")
-    llm = LLM(str(path), max_model_len=256)
+    llm = LLM(str(path), dtype="float32", max_model_len=256)
     eos = llm.tokenizer.convert_tokens_to_ids(eos_token)
     # Make EOS the model's first choice after the prompt: give it the favourite's lm_head row,
     # scaled so that its logit comes out larger.

@@ -13,7 +13,7 @@ from bulkinfer.engine.scoring import encode_pair, rolling_windows
 @pytest.fixture(scope="module")
 def models(tiny_llama):
     hf = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
-    return hf, LLM(str(tiny_llama), max_model_len=64, block_size=8)
+    return hf, LLM(str(tiny_llama), dtype="float32", max_model_len=64, block_size=8)
 
 
 def hf_scores(hf, context: list[int], continuation: list[int]) -> tuple[list[float], bool]:

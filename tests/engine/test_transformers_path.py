@@ -14,7 +14,7 @@ from bulkinfer import LLM, SamplingParams
 
 
 def test_auto_takes_native_code_where_it_exists(tiny_llama):
-    assert LLM(str(tiny_llama), num_kv_blocks=8).stats.model_impl == "native"
+    assert LLM(str(tiny_llama), dtype="float32", num_kv_blocks=8).stats.model_impl == "native"
 
 
 def test_a_native_architecture_through_transformers_matches_transformers(tiny_llama):
@@ -27,7 +27,8 @@ def test_the_two_paths_agree_with_a_shared_prefix_and_preemption(tiny_llama):
     prefix = list(range(10, 50))
     prompts = [prefix + [60 + i] * (i + 1) for i in range(4)]
     params = SamplingParams(temperature=0, max_tokens=12, logprobs=2, ignore_eos=True)
-    llms = [LLM(str(tiny_llama), model_impl=impl, block_size=8, num_kv_blocks=10) for impl in ("native", "transformers")]
+    llms = [LLM(str(tiny_llama), dtype="float32", model_impl=impl, block_size=8, num_kv_blocks=10)
+            for impl in ("native", "transformers")]
     native, hf = (llm.generate(prompts, params, use_tqdm=False) for llm in llms)
     assert all(llm.stats.preemptions > 0 and llm.stats.prefix_cache_hit_tokens > 0 for llm in llms)
     for a, b in zip(native, hf):
@@ -40,5 +41,5 @@ def test_the_two_paths_agree_with_a_shared_prefix_and_preemption(tiny_llama):
 @pytest.mark.parametrize("option, value", [("tensor_parallel_size", 2), ("deterministic", True)])
 def test_what_needs_native_code_is_refused_in_one_line(tiny_llama, option, value):
     with pytest.raises(ValueError) as info:
-        LLM(str(tiny_llama), model_impl="transformers", **{option: value})
+        LLM(str(tiny_llama), dtype="float32", model_impl="transformers", **{option: value})
     assert "\n" not in str(info.value) and "native code" in str(info.value)

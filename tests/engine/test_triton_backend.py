@@ -16,7 +16,7 @@ def test_triton_path_gives_the_torch_paths_greedy_tokens(checkpoint_factory, kv_
     prompts = [shared + [40 + i] * (i + 1) for i in range(3)] + [[7, 8, 9]]
     params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     # A 16-token budget splits the 21+ token prompts into chunks; the second pass hits the cache.
-    settings = dict(max_model_len=64, num_kv_blocks=24, block_size=8, max_num_batched_tokens=16,
+    settings = dict(dtype="float32", max_model_len=64, num_kv_blocks=24, block_size=8, max_num_batched_tokens=16,
                     kv_cache_dtype=kv_cache_dtype)
     triton = LLM(str(path), attention_backend="triton", **settings)
     assert triton.runner.ops.name == "triton"
@@ -32,7 +32,8 @@ def test_mixture_of_experts_through_the_fused_moe_kernel_gives_the_torch_paths_t
     path = checkpoint_factory("qwen2_moe")  # routed experts, a shared expert and a dense layer
     prompts = [list(range(10, 31)), [7, 8, 9]]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-    settings = dict(max_model_len=64, block_size=8, max_num_batched_tokens=16)  # the long prompt in chunks
+    settings = dict(dtype="float32", max_model_len=64, block_size=8,
+                    max_num_batched_tokens=16)  # the long prompt in chunks
     triton = LLM(str(path), attention_backend="triton", **settings)
     assert triton.runner.ops.fused_moe.__name__ == "fused_moe_triton"
     got = [o.outputs[0].token_ids for o in triton.generate(prompts, params, use_tqdm=False)]
@@ -61,7 +62,7 @@ def test_native_latent_attention_through_the_triton_kernels(checkpoint_factory):
 def check_triton_against_torch(path, kv_cache_dtype: str, model_impl: str = "transformers") -> None:
     prompts = [list(range(10, 40)), list(range(50, 61))]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
-    settings = dict(model_impl=model_impl, max_model_len=64, block_size=8, max_num_batched_tokens=16,
+    settings = dict(dtype="float32", model_impl=model_impl, max_model_len=64, block_size=8, max_num_batched_tokens=16,
                     kv_cache_dtype=kv_cache_dtype)
     got, expected = (LLM(str(path), attention_backend=backend, **settings).generate(prompts, params, use_tqdm=False)
                      for backend in ("triton", "torch"))
@@ -76,7 +77,7 @@ def test_native_gpt_oss_through_the_triton_kernels(tiny_gpt_oss):
     (30-token prompts in chunks, then decode); gpt-oss's biased, clamped-SwiGLU experts in the fused MoE kernel."""
     prompts = [list(range(10, 40)), list(range(50, 61))]
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=1)
-    settings = dict(model_impl="native", max_model_len=64, block_size=8, max_num_batched_tokens=16)
+    settings = dict(dtype="float32", model_impl="native", max_model_len=64, block_size=8, max_num_batched_tokens=16)
     got, expected = (LLM(str(tiny_gpt_oss), attention_backend=backend, **settings).generate(prompts, params,
                                                                                               use_tqdm=False)
                      for backend in ("triton", "torch"))

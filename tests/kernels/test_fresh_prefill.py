@@ -89,7 +89,8 @@ def test_an_fp8_cache_is_read_back_even_for_fresh_sequences(gathers):
 @pytest.mark.parametrize("model_impl", ["native", "transformers"])
 def test_the_engine_hands_its_new_keys_to_prefill(checkpoint_factory, gathers, model_impl):
     # Prompts of one step each, no shared prefix: every prefill is fresh, and nothing reads the cache back.
-    llm = LLM(str(checkpoint_factory("llama")), model_impl=model_impl, pooling="mean", max_model_len=128,
+    llm = LLM(str(checkpoint_factory("llama")), dtype="float32", model_impl=model_impl, pooling="mean",
+              max_model_len=128,
               attention_backend="auto")
     outputs = llm.embed([[5, 6, 7, 8], list(range(100, 140))], use_tqdm=False)
     assert all(output.error is None for output in outputs)

@@ -46,7 +46,7 @@ def test_the_engine_gives_the_references_results(tiny_llama):
     assert len(PROMPTS) * 180 >= MIN_KEYS
     outputs, calls = {}, _compiled.cache_info().hits
     for backend in ("auto", "torch"):
-        llm = LLM(str(tiny_llama), attention_backend=backend, max_model_len=512)
+        llm = LLM(str(tiny_llama), dtype="float32", attention_backend=backend, max_model_len=512)
         outputs[backend] = [o.outputs[0] for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
     assert _compiled.cache_info().hits >= calls + 4  # 5 decode steps, the first may be the cache miss
     for compiled, reference in zip(outputs["auto"], outputs["torch"]):

@@ -20,7 +20,8 @@ from bulkinfer.runner.storage import is_remote
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 # Small windows and shards, so that even a short job crosses many window and commit boundaries.
-SETTINGS = dict(max_tokens=6, temperature=0.0, max_num_seqs=8, window_rows=16, shard_rows=8, commit_seconds=0.3)
+SETTINGS = dict(dtype="float32", max_tokens=6, temperature=0.0, max_num_seqs=8, window_rows=16, shard_rows=8,
+                commit_seconds=0.3)
 
 
 def start(model: Path, data: Path, out: Path | str, point: str = "none", nth: int = 0,

@@ -21,7 +21,8 @@ from bulkinfer.runner.outdir.ledger import load_progress
 from bulkinfer.runner.status import job_status
 
 ROWS = 24
-FAST = dict(max_tokens=3, temperature=0.0, max_num_seqs=4, window_rows=4, shard_rows=4, commit_seconds=60.0)
+FAST = dict(dtype="float32", max_tokens=3, temperature=0.0, max_num_seqs=4, window_rows=4, shard_rows=4,
+            commit_seconds=60.0)
 
 
 def _config(model: Path, data: Path, out: Path) -> JobConfig:

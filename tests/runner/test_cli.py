@@ -85,7 +85,7 @@ def test_run_status_export(capsys, tmp_path: Path, tiny_llama: Path, data: Path)
     assert code == 1  # the job is complete; its error row now fails the run
 
 
-# DeepSeek-V3's latent attention runs natively (dense layers here: its routed experts are the routing's tests).
+# DeepSeek-V3's latent attention and routed experts run natively.
 @pytest.mark.parametrize(("arch", "overrides"), [("qwen3_moe", {}), ("deepseek_v3", {})])
 def test_mixture_of_experts_and_latent_attention_models_run_a_job_like_any_model(
         capsys, tmp_path: Path, checkpoint_factory, arch: str, overrides: dict) -> None:
@@ -94,11 +94,11 @@ def test_mixture_of_experts_and_latent_attention_models_run_a_job_like_any_model
     model = checkpoint_factory(arch, **overrides)
     data = write_jsonl(tmp_path / "in.jsonl", prompts(3))
     code, _, err = _main(capsys, "run", "--model", str(model), "--input", str(data), "--output", str(tmp_path / "out"),
-                         "--max-tokens", "4", "--temperature", "0")
+                         "--max-tokens", "4", "--temperature", "0", "--dtype", "float32")
     assert code == 0 and "complete: 3 of 3 rows done" in err
     assert _main(capsys, "export", str(tmp_path / "out"), str(tmp_path / "results.jsonl"))[0] == 0
     rows = read_results(tmp_path / "results.jsonl")
-    llm = LLM(str(model))
+    llm = LLM(str(model), dtype="float32")
     assert llm.model_config.implementation == "native"
     expected = llm.generate([row["prompt"] for row in prompts(3)],
                             SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)

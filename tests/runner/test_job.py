@@ -52,7 +52,7 @@ def test_every_row_gets_exactly_one_result_or_error_in_input_order(tmp_path: Pat
     assert [row["prompt"] for row in ok] == [row["prompt"] for row in good]
     assert [row["k"] for row in ok] == list(range(10))
     # The runner's results are the engine's own, whatever the batching.
-    llm = LLM(str(tiny_llama), max_num_seqs=8)
+    llm = LLM(str(tiny_llama), dtype="float32", max_num_seqs=8)
     expected = llm.generate([row["prompt"] for row in good], SamplingParams(max_tokens=4, temperature=0.0),
                             use_tqdm=False)
     assert [row["generated_text"] for row in ok] == [output.outputs[0].text for output in expected]

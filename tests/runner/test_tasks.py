@@ -21,7 +21,7 @@ CHOICES = [("The sky is", [" blue", " green", " a color"]), ("2+2=", ["4", "5", 
 
 @pytest.fixture(scope="module")
 def llm(tiny_llama: Path) -> LLM:
-    return LLM(str(tiny_llama), max_num_seqs=8, max_model_len=64)
+    return LLM(str(tiny_llama), dtype="float32", max_num_seqs=8, max_model_len=64)
 
 
 def _run(tmp_path: Path, model: Path, data: Path, **settings) -> tuple[list[dict], object]:

@@ -18,7 +18,8 @@ from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 from bulkinfer.runner.status import job_status
 
-SETTINGS = dict(max_tokens=3, temperature=0.0, max_num_seqs=8, window_rows=10, shard_rows=10, commit_seconds=60)
+SETTINGS = dict(dtype="float32", max_tokens=3, temperature=0.0, max_num_seqs=8, window_rows=10, shard_rows=10,
+                commit_seconds=60)
 
 
 def _config(tmp_path: Path, model: Path, out: str = "out", **settings) -> JobConfig:

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
-SETTINGS = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=6, shard_rows=5)
+SETTINGS = dict(dtype="float32", max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=6, shard_rows=5)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from bulkinfer.runner import JobConfig, UsageError, export_job, job_status, run_
 from bulkinfer.runner.shards import Shard, shard_of
 from runner_files import prompts, read_results, write_jsonl, write_parquet
 
-SETTINGS = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=5)
+SETTINGS = dict(dtype="float32", max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=5)
 CLI = [sys.executable, "-c", "from bulkinfer.cli import main; main()"]
 
 

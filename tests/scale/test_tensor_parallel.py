@@ -25,7 +25,7 @@ ENGINE = dict(max_model_len=256, max_num_batched_tokens=24, block_size=8)
 
 
 def _run(path: Path, tensor_parallel_size: int):
-    with LLM(str(path), tensor_parallel_size=tensor_parallel_size, **ENGINE) as llm:
+    with LLM(str(path), dtype="float32", tensor_parallel_size=tensor_parallel_size, **ENGINE) as llm:
         outputs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
         scores = llm.loglikelihood_tokens([(PROMPTS[1], PROMPTS[2]), (PROMPTS[0], PROMPTS[3])])
     return [o.outputs[0] for o in outputs], scores
@@ -72,18 +72,18 @@ def test_heads_that_do_not_divide_are_refused_before_any_process_starts(checkpoi
     path = checkpoint_factory("llama", num_key_value_heads=1)
     started = time.monotonic()
     with pytest.raises(ValueError, match=r"key/value heads \(1\) do not divide by tensor_parallel_size \(2\)"):
-        LLM(str(path), tensor_parallel_size=2)
+        LLM(str(path), dtype="float32", tensor_parallel_size=2)
     assert time.monotonic() - started < 5
 
 
 def test_expert_columns_that_do_not_divide_are_refused(checkpoint_factory):
     path = checkpoint_factory("qwen3_moe", moe_intermediate_size=33)
     with pytest.raises(ValueError, match=r"expert MLP columns \(moe_intermediate_size\) \(33\) do not divide"):
-        LLM(str(path), tensor_parallel_size=2)
+        LLM(str(path), dtype="float32", tensor_parallel_size=2)
 
 
 def test_close_stops_the_worker_and_a_dead_worker_is_named(tiny_llama):
-    llm = LLM(str(tiny_llama), tensor_parallel_size=2, **ENGINE)
+    llm = LLM(str(tiny_llama), dtype="float32", tensor_parallel_size=2, **ENGINE)
     [worker] = llm.runner.workers.processes
     llm.generate(PROMPTS[:1], GREEDY, use_tqdm=False)
     os.kill(worker.pid, signal.SIGKILL)
@@ -91,7 +91,7 @@ def test_close_stops_the_worker_and_a_dead_worker_is_named(tiny_llama):
         llm.generate(PROMPTS, GREEDY, use_tqdm=False)
     llm.close()
 
-    with LLM(str(tiny_llama), tensor_parallel_size=2, **ENGINE) as llm:
+    with LLM(str(tiny_llama), dtype="float32", tensor_parallel_size=2, **ENGINE) as llm:
         [worker] = llm.runner.workers.processes
     assert not worker.is_alive() and worker.exitcode == 0
 
@@ -99,7 +99,7 @@ def test_close_stops_the_worker_and_a_dead_worker_is_named(tiny_llama):
 _ENGINE_THEN_WAIT = """
 import sys, time
 from bulkinfer import LLM
-llm = LLM(sys.argv[1], tensor_parallel_size=2, max_model_len=256)
+llm = LLM(sys.argv[1], dtype="float32", tensor_parallel_size=2, max_model_len=256)
 print(llm.runner.workers.processes[0].pid, flush=True)
 time.sleep(600)
 """
@@ -168,7 +168,7 @@ def test_a_model_that_does_not_split_is_a_usage_error(tmp_path, checkpoint_facto
 
 _NO_MAIN_GUARD = """
 from bulkinfer import LLM
-llm = LLM({model!r}, tensor_parallel_size=2, max_model_len=64)
+llm = LLM({model!r}, dtype="float32", tensor_parallel_size=2, max_model_len=64)
 print("made", flush=True)
 """
 

@@ -10,7 +10,7 @@ from bulkinfer import LLM
 pytestmark = pytest.mark.slow  # spawns rank processes with a process group each
 
 PROMPTS = [[5, 6, 7], list(range(10, 40)), list(range(50, 67))]
-ENGINE = {"max_model_len": 64, "max_num_batched_tokens": 16, "block_size": 8}
+ENGINE = {"dtype": "float32", "max_model_len": 64, "max_num_batched_tokens": 16, "block_size": 8}
 
 
 def _pooled(path, tensor_parallel_size: int, task: str, **options) -> list[torch.Tensor]:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # spawns rank processes with a process group each
 
 PROMPTS = [[5, 6, 7], list(range(10, 40)), list(range(50, 67))]
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3)
-ENGINE = dict(max_model_len=128, max_num_batched_tokens=24, block_size=8)
+ENGINE = dict(dtype="float32", max_model_len=128, max_num_batched_tokens=24, block_size=8)
 
 
 def _run(path, tensor_parallel_size: int):

@@ -3,14 +3,75 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+
+from bulkinfer.layers.linear import linear
 
 
-def matmul_tflops(dtype: torch.dtype, device: torch.device, size: int = 2048, seconds: float = 2.0) -> float:
-    a = torch.randn(size, size, dtype=dtype, device=device)
-    b = torch.randn(size, size, dtype=dtype, device=device)
-    return 2 * size ** 3 * _calls_per_s(lambda: a @ b, device, seconds) / 1e12
+@dataclass(frozen=True)
+class MatmulShape:
+    rows: int  # tokens in one step
+    in_features: int
+    out_features: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.rows * self.in_features * self.out_features
+
+
+@dataclass(frozen=True)
+class MatmulPeak:
+    tflops: float
+    shape: MatmulShape  # the shape that reached it
+    dtype: torch.dtype
+    tries: int
+
+    def report(self) -> dict:
+        return {"peak_matmul_tflops": round(self.tflops, 4), "peak_dtype": str(self.dtype).removeprefix("torch."),
+                "peak_shape": [self.shape.rows, self.shape.in_features, self.shape.out_features],
+                "peak_tries": self.tries, "threads": torch.get_num_threads()}
+
+
+def model_matmul_shapes(config, step_rows: tuple[int, ...], logit_rows: int) -> list[MatmulShape]:
+    """The projections a step of ``config`` multiplies ([rows, in] x [in, out], the fused ones as the engine
+    fuses them), at each of ``step_rows``; the LM head at ``logit_rows`` (a step computes logits for one token
+    per sequence, not for every prompt token)."""
+    hidden, attn = config.hidden_size, config.num_heads * config.head_dim
+    widths = {(hidden, attn + 2 * config.num_kv_heads * config.head_dim), (attn, hidden)}
+    for layer in range(config.num_layers):
+        inter = config.moe.intermediate_size if config.is_sparse(layer) else config.intermediate_size
+        widths |= {(hidden, 2 * inter), (inter, hidden)}
+    shapes = [MatmulShape(rows, i, o) for rows in sorted(set(step_rows)) for i, o in sorted(widths)]
+    return shapes + [MatmulShape(logit_rows, hidden, config.vocab_size)]
+
+
+def matmul_peak(shapes: list[MatmulShape], dtype: torch.dtype, device: torch.device, tries: int = 5,
+                seconds: float = 0.5) -> MatmulPeak:
+    """The best rate of ``shapes`` in ``dtype`` on this process's threads: for each shape the best of ``tries``
+    timings of ``seconds`` each (a try that met other load counts less), through the engine's own linear
+    (oneDNN where it is faster) and plain ``F.linear``, whichever is faster. A model's matmuls cannot beat
+    it, so utilisation against it is a true fraction; a single square shape measured once is not that."""
+    best = None
+    for shape in shapes:
+        x = torch.randn(shape.rows, shape.in_features, device=device).to(dtype)
+        weight = torch.randn(shape.out_features, shape.in_features, device=device).to(dtype)
+        for matmul in (linear, F.linear):
+            rate = max(_calls_per_s(lambda: matmul(x, weight), device, seconds) for _ in range(tries))
+            if best is None or rate * shape.flops > best[0]:
+                best = (rate * shape.flops, shape)
+    return MatmulPeak(best[0] / 1e12, best[1], dtype, tries)
+
+
+def utilisation(achieved_tflops: float, peak: float) -> dict:
+    """{"mfu": fraction} of the peak; above 1 the peak was measured wrong (under other load, or on another
+    shape), so {"mfu_error": ...} says so instead of a figure that is no utilisation."""
+    fraction = achieved_tflops / peak
+    if fraction <= 1:
+        return {"mfu": round(fraction, 3)}
+    return {"mfu_error": f"{fraction:.1%} of the measured matmul peak: a measurement error, not a utilisation"}
 
 
 def copy_bytes_per_s(device: torch.device, size: int = 256 << 20, seconds: float = 1.0) -> float:

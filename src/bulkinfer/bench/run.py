@@ -14,12 +14,13 @@ import torch
 
 from bulkinfer.bench import SYSTEMS, systems
 from bulkinfer.bench.decode_floor import DecodeProbe
-from bulkinfer.bench.peak import copy_bytes_per_s, matmul_params, matmul_tflops, model_flops
+from bulkinfer.bench.peak import (MatmulPeak, copy_bytes_per_s, matmul_params, matmul_peak, model_flops,
+                                  model_matmul_shapes, utilisation)
 from bulkinfer.bench.quantized_model import quantized_checkpoint
 from bulkinfer.bench.random_model import SHAPES, make_random_checkpoint
 from bulkinfer.bench.systems import Timing, quiet_third_party_logs
 from bulkinfer.bench.workloads import BENCH_SCHEMA, make_workload, prompt_tokens, useful_tokens
-from bulkinfer.engine.config import EngineConfig
+from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
 from bulkinfer.engine.resolve import resolve_device, resolve_dtype
 from bulkinfer.models.checkpoint import resolve_model_path
 from bulkinfer.models.footprint import footprint
@@ -55,7 +56,7 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
     path = model_path(model, options.dtype)
     model_config, _ = read_config(path, options.model_impl)
     torch_device = resolve_device(options.device)
-    torch_dtype = resolve_dtype(options.dtype, model_config, torch_device)
+    torch_dtype = resolve_dtype(options.dtype, model_config, torch_device).dtype
     requests = make_workload(workload, num_requests, model_config.vocab_size, workload_seed)
     temperature = TEMPERATURE[workload]
     max_len = max(len(r.prompt) + r.max_tokens for r in requests)
@@ -80,7 +81,7 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
                                                                                 probe=False, **bulkinfer_options)
         order = (*order, f"bulkinfer-{quantization}")
     timings, sequence, failures = _run_in_turn({system: runs[system] for system in order}, repeats)
-    peak = matmul_tflops(torch_dtype, torch_device)
+    peak = matmul_peak(bench_shapes(model_config, options, torch_device, requests), torch_dtype, torch_device)
     report = _report(path, model_config, workload, requests, torch_dtype, torch_device, timings, peak)
     if quantization is not None:
         _compare_weights(report["systems"], weights, model_config)
@@ -89,6 +90,14 @@ def run_benchmark(model: str, workload: str, num_requests: int, compare: tuple[s
     if probe := next((t.decode for t in timings.get("bulkinfer", []) if t.decode is not None), None):
         report["decode_step"] = _decode_report(probe, copy_bytes_per_s(torch_device))
     return report
+
+
+def bench_shapes(model_config, options: EngineConfig, device: torch.device, requests) -> list:
+    """The model's projections at the steps this bench runs: a full step budget of prompt tokens, and a decode
+    step of every sequence at once (as many as max_num_seqs lets run)."""
+    decode_rows = min(sum(r.n for r in requests), options.max_num_seqs)
+    budget = options.max_num_batched_tokens or BATCHED_TOKENS[device.type]
+    return model_matmul_shapes(model_config, (decode_rows, budget), decode_rows)
 
 
 def _run_in_turn(runs: dict[str, Callable[[bool], Timing]], repeats: int) -> tuple[dict, list, dict]:
@@ -132,7 +141,8 @@ def _decode_report(probe: DecodeProbe | str, bandwidth: float) -> dict:
     return {**probe.report(bandwidth), "copy_gb_s": round(bandwidth / 1e9, 1)}
 
 
-def _report(path, model_config, workload, requests, dtype, device, timings: dict[str, list[Timing]], peak) -> dict:
+def _report(path, model_config, workload, requests, dtype, device, timings: dict[str, list[Timing]],
+            peak: MatmulPeak) -> dict:
     """Each system's figures from the median of its runs' times, with their range as the spread."""
     useful = useful_tokens(requests)
     layers = model_config.num_layers
@@ -153,7 +163,7 @@ def _report(path, model_config, workload, requests, dtype, device, timings: dict
             "total_tok_s": round((useful + prompt_tokens(requests)) / median, 1),
             "generated_tokens": timing.generated_tokens,
             "generated_tok_s": round(timing.generated_tokens / median, 1),
-            "mfu": round(flops / median / 1e12 / peak, 3),
+            **utilisation(flops / median / 1e12, peak.tflops),
             **({"grammar": timing.grammar} if timing.grammar else {}),
         }
     base = rows.get("bulkinfer", {}).get("useful_output_tok_s")
@@ -167,7 +177,7 @@ def _report(path, model_config, workload, requests, dtype, device, timings: dict
         "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_name(device), "model": str(path),
         "matmul_params": params, "dtype": str(dtype).removeprefix("torch."), "workload": workload,
         "requests": len(requests), "prompt_tokens": prompt_tokens(requests), "useful_output_tokens": useful,
-        "peak_matmul_tflops": round(peak, 3), "threads": torch.get_num_threads(), "systems": rows,
+        **peak.report(), "systems": rows,
     }
 
 
@@ -181,7 +191,7 @@ def machine_name(device: torch.device) -> str:
 def format_report(report: dict) -> str:
     lines = [f"{report['workload']}: {report['requests']} requests, {report['prompt_tokens']} prompt and "
              f"{report['useful_output_tokens']} useful output tokens, {report['dtype']}, {report['machine']}, "
-             f"matmul peak {report['peak_matmul_tflops'] * 1000:.0f} GFLOP/s"]
+             f"matmul peak {report['peak_matmul_tflops'] * 1000:.0f} GFLOP/s ({peak_shape(report)})"]
     for name, row in report["systems"].items():
         if "error" in row:
             lines.append(f"  {name:<14} failed: {row['error']}")
@@ -198,13 +208,22 @@ def format_report(report: dict) -> str:
                        f"jumped)")
         spread = f"({row['seconds_min']:.2f}-{row['seconds_max']:.2f}, median of {row['repeats']})"
         lines.append(f"  {name:<14} {row['seconds']:>8.2f} s {spread:<26} {row['useful_output_tok_s']:>9.1f} "
-                     f"useful tok/s  MFU {row['mfu']:.1%}{speedup}")
+                     f"useful tok/s  {mfu_text(row)}{speedup}")
     if decode := report.get("decode_step"):
         lines.append(f"  decode step failed: {decode['error']}" if "error" in decode else
                      f"  decode step  {decode['batch']} sequences of {decode['prompt_tokens']}+ tokens: "
                      f"{decode['step_ms']:.2f} ms, {decode['vs_floor']}x the bandwidth floor of "
                      f"{decode['floor_ms']:.2f} ms (weights and KV cache at {decode['copy_gb_s']} GB/s)")
     return "\n".join(lines)
+
+
+def peak_shape(report: dict) -> str:
+    rows, inputs, outputs = report["peak_shape"]
+    return f"best of {report['peak_tries']} on [{rows}, {inputs}] x [{inputs}, {outputs}]"
+
+
+def mfu_text(row: dict) -> str:
+    return f"MFU {row['mfu']:.1%}" if "mfu" in row else f"MFU not given: {row['mfu_error']}"
 
 
 def save_report(report: dict, path: Path) -> None:

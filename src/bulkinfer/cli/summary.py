@@ -41,6 +41,8 @@ def run_stats(config: JobConfig, outcome: JobOutcome, last: Snapshot, wall_secon
         "preemptions": m.preemptions,
         "prefix_cache_hit_rate": round(m.prefix_cache_hit_rate, 4),
         "model_impl": last.engine_stats.model_impl,
+        "dtype": last.engine_stats.dtype,
+        "dtype_reason": last.engine_stats.dtype_reason,
         "kv_cache_dtype": last.engine_stats.kv_cache_dtype,
         "kv_bytes_per_token": last.engine_stats.kv_bytes_per_token,
         "state_bytes_per_seq": last.engine_stats.state_bytes_per_seq,
@@ -81,6 +83,7 @@ def summary_table(stats: dict[str, Any]) -> Table:
     table.add_column(justify="right")
     table.add_row("rows", f"{stats['rows_done']:,} of {stats['rows_total']:,} ({stats['rows_this_run']:,} this run)")
     table.add_row("model code", stats["model_impl"])
+    table.add_row("dtype", f"{stats['dtype']} ({stats['dtype_reason']})")
     table.add_row("KV cache", f"{stats['kv_cache_dtype']}, {stats['kv_bytes_per_token']:,} bytes per token")
     if stats.get("state_bytes_per_seq"):
         table.add_row("recurrent state", f"{stats['state_bytes_per_seq']:,} bytes per sequence")

@@ -41,8 +41,10 @@ class EngineConfig:
                                           "(default: the model's).", path=True, panel="Model")
     revision: str | None = setting(None, "Hub revision (branch, tag or commit) of a model given as a hub id; "
                                          "refused with a local directory (default: the hub's main).", panel="Model")
-    dtype: str = setting("auto", "Weights and activations: auto (float32 on the CPU, the checkpoint's half "
-                                 "type on a GPU), float32, float16 or bfloat16.", choices=DTYPES, panel="Model")
+    dtype: str = setting("auto", "Weights and activations: auto (on the CPU bfloat16 where it has "
+                                 "AVX512-BF16 or AMX and the checkpoint is not float16, else float32; on a GPU the "
+                                 "checkpoint's half type), float32, float16 or bfloat16.", choices=DTYPES,
+                         panel="Model")
     device: str = setting("auto", "auto, cpu, cuda or cuda:N.", panel="Model")
     max_model_len: int | None = setting(None, "Longest prompt + output in tokens (default: the model's).",
                                         panel="Model")

@@ -83,6 +83,8 @@ class LLM:
         self.masks = GrammarMasks(model_config.vocab_size, engine_options.max_num_seqs, self.config.device)
         self._generate_ids = itertools.count()
         self._stats = EngineStats(kv_blocks_total=self.runner.num_blocks, model_impl=model_config.implementation,
+                                  dtype=str(self.config.dtype).removeprefix("torch."),
+                                  dtype_reason=self.config.dtype_reason,
                                   kv_cache_dtype=str(self.config.kv_cache_dtype).removeprefix("torch."),
                                   kv_bytes_per_token=self.runner.kv_bytes_per_token,
                                   state_bytes_per_seq=self.runner.state_bytes_per_seq,

@@ -39,11 +39,24 @@ def top_logprobs(logprobs: torch.Tensor, chosen: torch.Tensor, k: int) -> TopLog
     """logprobs: [n, vocab] fp32; chosen: [n] token ids on the same device."""
     chosen_values = logprobs.gather(1, chosen[:, None])  # [n, 1]
     ranks = (logprobs > chosen_values).sum(-1) + 1
-    top_values, top_ids = logprobs.topk(k, dim=-1) if k > 0 else (chosen_values[:, :0], chosen[:, None][:, :0])
+    top_ids = best_first(logprobs, k)
+    top_values = logprobs.gather(1, top_ids)
     packed = torch.cat([chosen_values, ranks[:, None].to(logprobs.dtype), top_values, top_ids.to(logprobs.dtype)], 1)
     host = packed.double().cpu()  # the one copy (float64 holds token ids exactly)
     values = host[:, 2:2 + k].tolist()
     return TopLogprobs(host[:, 0].tolist(), host[:, 1].long().tolist(), values, host[:, 2 + k:].long().tolist())
+
+
+_ID_BITS = 20  # room for vocabularies of up to 2**20 tokens below each value's 32 bits
+
+
+def best_first(logprobs: torch.Tensor, k: int) -> torch.Tensor:
+    """[n, k] ids of each row's k highest values, equal values by lowest id: the same ids whatever the other
+    rows. (topk's order among equal values depends on the batch's shape, and bfloat16 logits tie often.)"""
+    bits = logprobs.float().view(torch.int32).long()
+    ordered = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # float32 order as integer order
+    ids = torch.arange(logprobs.shape[-1], device=logprobs.device)
+    return ((ordered << _ID_BITS) + ((1 << _ID_BITS) - 1 - ids)).topk(k, dim=-1).indices
 
 
 def records(top: TopLogprobs, chosen: list[int], ks: list[int], tokenizer=None) -> list[PositionLogprobs]:

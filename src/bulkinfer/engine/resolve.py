@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
 
+from bulkinfer.engine.compute_dtype import ComputeDtype, choose_dtype, cpu_flags
 from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
 from bulkinfer.models.config import ModelConfig
-
-logger = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-           "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -23,6 +18,7 @@ class ResolvedConfig:
     dtype: torch.dtype
     max_model_len: int
     max_num_batched_tokens: int
+    dtype_reason: str = "as asked"  # why this dtype: "auto: this CPU has AVX512-BF16 and AMX", ...
 
     @property
     def kv_cache_dtype(self) -> torch.dtype:
@@ -40,9 +36,9 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
         raise ValueError(f"tensor_parallel_size > 1 with act-order weights ({model.quantization.describe()}): the "
                          "order spans every input column, so row-parallel layers cannot split them")
     device = resolve_device(options.device)
-    return ResolvedConfig(options, device, resolve_dtype(options.dtype, model, device),
-                          resolve_max_model_len(options.max_model_len, model),
-                          options.max_num_batched_tokens or BATCHED_TOKENS[device.type])
+    compute = resolve_dtype(options.dtype, model, device)
+    return ResolvedConfig(options, device, compute.dtype, resolve_max_model_len(options.max_model_len, model),
+                          options.max_num_batched_tokens or BATCHED_TOKENS[device.type], compute.reason)
 
 
 def _asked(options: EngineConfig) -> dict[str, bool]:
@@ -82,19 +78,9 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def resolve_dtype(dtype: str, model: ModelConfig, device: torch.device) -> torch.dtype:
-    """"auto": float32 on the CPU; on a GPU the checkpoint's half type, bfloat16 for fp32 ones.
-    bfloat16 becomes float16 on a GPU without it (before Ampere)."""
-    if dtype != "auto":
-        resolved = _DTYPES[dtype]
-    elif device.type == "cpu":
-        return torch.float32
-    else:
-        resolved = model.torch_dtype if model.torch_dtype != torch.float32 else torch.bfloat16
-    if resolved == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        logger.warning("this GPU has no bfloat16: running in float16")
-        return torch.float16
-    return resolved
+def resolve_dtype(dtype: str, model: ModelConfig, device: torch.device) -> ComputeDtype:
+    """The dtype setting made concrete for this checkpoint on this machine (see compute_dtype.py)."""
+    return choose_dtype(dtype, model.torch_dtype, device, cpu_flags() if device.type == "cpu" else frozenset())
 
 
 def resolve_max_model_len(requested: int | None, model: ModelConfig) -> int:
