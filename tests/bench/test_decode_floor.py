@@ -22,7 +22,7 @@ def test_the_probe_counts_weights_once_and_every_cached_token_per_step(tiny_llam
                                                                        kv_cache_dtype, kv_element_bytes):
     batch, prompt = 6, 40  # one prefill step for all six, then one step of decodes alone, then the timed ones
     monkeypatch.setitem(decode_floor.PROBE_SIZES, "cpu", (batch, prompt, steps))
-    llm = LLM(str(tiny_llama), max_model_len=256, kv_cache_dtype=kv_cache_dtype)
+    llm = LLM(str(tiny_llama), dtype="float32", max_model_len=256, kv_cache_dtype=kv_cache_dtype)
     probe = decode_floor.probe_decode(llm)
     assert (probe.batch, probe.prompt_tokens, probe.steps) == (batch, prompt, steps)
     config = llm.model_config

@@ -30,7 +30,8 @@ def _input(tmp_path: Path, rows: list[dict]) -> Path:
 
 def _run(capsys, tmp_path: Path, model: Path, rows: list[dict], *flags: str) -> tuple[int, str]:
     code, _, err = invoke(capsys, "run", "--model", model, "--input", _input(tmp_path, rows), "--output",
-                          tmp_path / "out", "--max-tokens", "6", "--temperature", "0", "--ignore-eos", *flags)
+                          tmp_path / "out", "--max-tokens", "6", "--temperature", "0", "--ignore-eos", "--dtype", "float32",
+                          *flags)
     return code, err
 
 
@@ -91,7 +92,7 @@ def test_an_openai_batch_lines_body_model_chooses_its_adapter(capsys, tmp_path, 
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(json.dumps(line) + "\n" for line in lines))
     code, _, err = invoke(capsys, "run-batch", "-i", batch, "-o", tmp_path / "out.jsonl", "--model", tiny_llama,
-                          "--lora", f"sql={adapters['sql']}")
+                          "--lora", f"sql={adapters['sql']}", "--dtype", "float32")
     assert code == 0, err
     answers = {line["custom_id"]: line["response"]["body"] for line in
                map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
@@ -109,7 +110,7 @@ def test_a_score_job_scores_each_row_under_its_adapter(capsys, tmp_path, tiny_ll
     rows = [{"context": "the cat", "continuation": " sat on the mat", "adapter": a} for a in ("sql", "base")]
     code, _, err = invoke(capsys, "run", "--model", tiny_llama, "--input", _input(tmp_path, rows), "--output",
                           tmp_path / "out", "--task", "score", "--lora", f"sql={adapters['sql']}",
-                          "--param-column", "lora=adapter")
+                          "--param-column", "lora=adapter", "--dtype", "float32")
     assert code == 0, err
     results = exported(capsys, tmp_path / "out")
     llm = LLM(str(tiny_llama), dtype="float32", enable_lora=True)

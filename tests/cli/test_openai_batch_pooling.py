@@ -21,7 +21,7 @@ from bulkinfer.openai_batch.requests import parse_line
 
 TEXTS = ["The cat sat on the mat.", "A quick answer", "Seven hundred and two rivers run to the sea at night!"]
 QUERY = "Where is the cat?"
-FAST = ("--max-model-len", "64", "--max-num-seqs", "4", "--window-rows", "3", "--shard-rows", "2")
+FAST = ("--dtype", "float32", "--max-model-len", "64", "--max-num-seqs", "4", "--window-rows", "3", "--shard-rows", "2")
 
 
 @pytest.fixture(scope="module")

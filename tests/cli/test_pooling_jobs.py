@@ -25,7 +25,7 @@ LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 RERANK = {"classifier_from_token": ["a", "Ġthe"], "rerank_template": "Query: {query}\nDocument: {document}\nFit:"}
 RERANK_FLAGS = ("--classifier-from-token", "a", "--classifier-from-token", "Ġthe",
                 "--rerank-template", RERANK["rerank_template"])
-FAST = ("--max-model-len", "64", "--max-num-seqs", "4", "--window-rows", "3", "--shard-rows", "2")
+FAST = ("--dtype", "float32", "--max-model-len", "64", "--max-num-seqs", "4", "--window-rows", "3", "--shard-rows", "2")
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def llm(request, tmp_path_factory) -> LLM:
     path = make_tool_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
-    return LLM(str(path), max_model_len=2048)
+    return LLM(str(path), dtype="float32", max_model_len=2048)  # seeded samples of a random model, as tuned
 
 
 def forced(llm: LLM, tool_choice, n: int = 4):

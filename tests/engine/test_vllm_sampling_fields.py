@@ -15,7 +15,7 @@ PROMPT = "Once upon a time there was"
 
 @pytest.fixture(scope="module")
 def llm(tiny_llama) -> LLM:
-    return LLM(str(tiny_llama), max_model_len=128)
+    return LLM(str(tiny_llama), dtype="float32", max_model_len=128)
 
 
 @pytest.fixture(scope="module")

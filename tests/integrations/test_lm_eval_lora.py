@@ -20,8 +20,8 @@ PAIRS = [("The cat", " sat on the mat"), ("Hello", " world"), ("one two", " thre
 def test_loglikelihood_with_an_adapter_is_hfs_with_the_peft_adapter(tiny_llama, tmp_path):
     adapter = make_adapter(tiny_llama, tmp_path / "sql", rank=8, seed=7, use_rslora=True)
     hf = get_model("hf")(pretrained=str(tiny_llama), peft=str(adapter), dtype="float32", device="cpu")
-    ours = get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},lora=sql={adapter},device=cpu")
-    base = get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},device=cpu")
+    ours = get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},lora=sql={adapter},device=cpu,dtype=float32")
+    base = get_model("bulkinfer").create_from_arg_string(f"pretrained={tiny_llama},device=cpu,dtype=float32")
     requests = [Instance(request_type="loglikelihood", doc={}, idx=i, arguments=pair) for i, pair in enumerate(PAIRS)]
     expected = hf.loglikelihood(requests, disable_tqdm=True)
     for (hf_logprob, hf_greedy), (our_logprob, our_greedy), (base_logprob, _) in zip(

@@ -15,7 +15,7 @@ from bulkinfer.runner.job import run_job
 from bulkinfer.runner.loop import Snapshot
 from bulkinfer.runner.status import job_status
 
-FAST = dict(max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=6, commit_seconds=0.5)
+FAST = dict(dtype="float32", max_tokens=4, temperature=0.0, max_num_seqs=8, window_rows=8, shard_rows=6, commit_seconds=0.5)
 
 
 def _run(tmp_path: Path, model: Path, data: Path, name: str = "out", **settings):

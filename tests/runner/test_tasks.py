@@ -13,7 +13,7 @@ from bulkinfer.runner.export import export_job
 from bulkinfer.runner.job import run_job
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = dict(max_num_seqs=8, window_rows=4, shard_rows=3, commit_seconds=0.5, max_model_len=64)
+FAST = dict(dtype="float32", max_num_seqs=8, window_rows=4, shard_rows=3, commit_seconds=0.5, max_model_len=64)
 PAIRS = [("The cat sat on", " the mat"), ("1+1=", "2"), ("Hello", " world, again"), ("", "start"),
          ("a b c", " d e f g")]
 CHOICES = [("The sky is", [" blue", " green", " a color"]), ("2+2=", ["4", "5", "22"]), ("x", [" y"])]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from bulkinfer.layers.linear import linear
+from bulkinfer.layers.linear import linear, packed
 
 
 @dataclass(frozen=True)
@@ -51,15 +51,15 @@ def model_matmul_shapes(config, step_rows: tuple[int, ...], logit_rows: int) -> 
 def matmul_peak(shapes: list[MatmulShape], dtype: torch.dtype, device: torch.device, tries: int = 5,
                 seconds: float = 0.5) -> MatmulPeak:
     """The best rate of ``shapes`` in ``dtype`` on this process's threads: for each shape the best of ``tries``
-    timings of ``seconds`` each (a try that met other load counts less), through the engine's own linear
-    (oneDNN where it is faster) and plain ``F.linear``, whichever is faster. A model's matmuls cannot beat
+    timings of ``seconds`` each (a try that met other load counts less), through the engine's own linear with
+    the weight as the engine holds it (oneDNN, packed in bf16) and plain ``F.linear``, whichever is faster. A model's matmuls cannot beat
     it, so utilisation against it is a true fraction; a single square shape measured once is not that."""
     best = None
     for shape in shapes:
         x = torch.randn(shape.rows, shape.in_features, device=device).to(dtype)
         weight = torch.randn(shape.out_features, shape.in_features, device=device).to(dtype)
-        for matmul in (linear, F.linear):
-            rate = max(_calls_per_s(lambda: matmul(x, weight), device, seconds) for _ in range(tries))
+        for matmul, held in ((linear, packed(weight)), (F.linear, weight)):
+            rate = max(_calls_per_s(lambda: matmul(x, held), device, seconds) for _ in range(tries))
             if best is None or rate * shape.flops > best[0]:
                 best = (rate * shape.flops, shape)
     return MatmulPeak(best[0] / 1e12, best[1], dtype, tries)

@@ -94,19 +94,23 @@ def pack_linear_weights(model: nn.Module) -> int:
     uses: dict[int, int] = {}
     for _, param in model.named_parameters(remove_duplicate=False):
         uses[id(param)] = uses.get(id(param), 0) + 1
-    packed = 0
+    count = 0
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if (isinstance(module, Linear) and _packable(weight) and uses[id(weight)] == 1
                 and not getattr(module, "plain_weight", False)):
-            module.weight = nn.Parameter(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None),
-                                         requires_grad=False)
-            packed += 1
-    return packed
+            module.weight = nn.Parameter(packed(weight), requires_grad=False)
+            count += 1
+    return count
+
+
+def packed(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` as the engine holds it: in oneDNN's layout if it is a CPU bf16 matrix, else as it is."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None) if _packable(weight) else weight
 
 
 def _packable(weight: torch.Tensor | None) -> bool:
-    return (_ONEDNN and isinstance(weight, nn.Parameter) and weight.device.type == "cpu"
+    return (_ONEDNN and isinstance(weight, torch.Tensor) and weight.device.type == "cpu"
             and weight.dtype == torch.bfloat16 and weight.layout == torch.strided and weight.dim() == 2)
 
 
