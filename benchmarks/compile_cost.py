@@ -115,7 +115,7 @@ def _static_seconds(model: str, num_requests: int, dtype: str) -> float:
 
     path, requests = _workload(model, num_requests, dtype)
     device = torch.device("cpu")
-    torch_dtype = resolve_dtype(dtype, read_config(path)[0], device)  # as the engine resolves it
+    torch_dtype = resolve_dtype(dtype, read_config(path)[0], device).dtype  # as the engine resolves it
     return round(run_hf_static(path, requests, 0.0, torch_dtype, device).seconds, 2)
 
 
