@@ -36,7 +36,8 @@ def assert_greedy_matches(hf, prompt_ids, outputs):
 def check_against_transformers(path, block_size: int, num_prompts: int, max_tokens: int, atol: float = 1e-4,
                                **options) -> LLM:
     """Last-position logits within ``atol``, then greedy generations token for token; ``options`` go to LLM."""
-    hf, llm = hf_model(path), LLM(str(path), dtype="float32", block_size=block_size, max_model_len=256, **options)
+    options = {"dtype": "float32", **options}  # fp32 unless a caller asks otherwise: the reference is fp32
+    hf, llm = hf_model(path), LLM(str(path), block_size=block_size, max_model_len=256, **options)
     prompt_ids = prompts(llm.tokenizer.vocab_size)[:num_prompts]
     for ids in prompt_ids:
         with torch.no_grad():

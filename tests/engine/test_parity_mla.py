@@ -34,7 +34,7 @@ NATIVE = dict(model_impl="native", dtype="float32", device="cpu")
 @pytest.mark.parametrize(("arch", "overrides"), [*MLA_MODELS, HALVES])
 def test_logits_and_greedy_match_transformers(checkpoint_factory, arch, overrides):
     llm = check_against_transformers(checkpoint_factory(arch, **overrides), block_size=8,
-                                     num_prompts=len(PROMPT_LENGTHS), max_tokens=8, model_impl="native", device="cpu")
+                                     num_prompts=len(PROMPT_LENGTHS), max_tokens=8, **NATIVE)
     assert all(isinstance(layer, MLAttention) for layer in llm.runner.model.attention_layers())
 
 
