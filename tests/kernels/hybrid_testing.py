@@ -10,6 +10,11 @@ LENGTHS = [70, 1, 9, 130]  # over one chunk of 64, a single token, under a chunk
 SLOTS = [4, 0, 6, 2]  # out of order, with unused slots between
 INITIAL = [True, False, True, False]  # a later chunk of a chunked prefill continues from its slot
 POOL = 7
+# Around the chunked Triton kernels' chunks (16 tokens for fp32 inputs, 32 for 16-bit ones): a token,
+# a chunk less one, a chunk and one, two and a half chunks.
+EDGE_LENGTHS = [1, 15, 17, 31, 33, 80]
+EDGE_SLOTS = [5, 0, 3, 6, 1, 2]
+EDGE_INITIAL = [True, False, False, True, True, False]
 
 
 def step_layout(lengths: list[int] = LENGTHS, slots: list[int] = SLOTS, initial: list[bool] = INITIAL) -> dict:

@@ -7,7 +7,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from hybrid_testing import INITIAL, LENGTHS, POOL, SLOTS, step_layout, token_rows  # noqa: E402
+from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,  # noqa: E402
+                            step_layout, token_rows)  # noqa: E402
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 from transformers.models.mamba2.modeling_mamba2 import (  # noqa: E402
     mamba2_chunk_scan,
@@ -82,13 +83,6 @@ def test_prefill_matches_reference(fn, dtype):
     y_ref, states_ref = _prefill(mamba_ssd.mamba_chunk_scan_ref, case, layout)
     assert_close(y, y_ref)
     torch.testing.assert_close(states, states_ref, atol=1e-4, rtol=1e-4)  # unused slots untouched too
-
-
-# Around the chunked Triton kernels' chunks (16 tokens for fp32 inputs, 32 for 16-bit ones): a token,
-# a chunk less one, a chunk and one, two and a half chunks.
-EDGE_LENGTHS = [1, 15, 17, 31, 33, 80]
-EDGE_SLOTS = [5, 0, 3, 6, 1, 2]
-EDGE_INITIAL = [True, False, False, True, True, False]
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
