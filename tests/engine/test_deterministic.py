@@ -86,15 +86,18 @@ def test_mixture_of_experts_in_a_chunked_mixed_batch_matches_alone(checkpoint_fa
     assert run(path, batch, dtype=dtype, max_num_batched_tokens=24) == alone
 
 
-@pytest.mark.parametrize("arch", ["lfm2", pytest.param("granite_h", marks=pytest.mark.slow)])
-def test_hybrid_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory, arch):
-    """Short convolutions and Mamba2 layers, their state carried across chunks in the state pool,
-    keep a request's bits."""
-    path = checkpoint_factory(arch)
+def test_lfm2_in_a_chunked_mixed_batch_matches_alone(checkpoint_factory):
+    """Short convolutions, their state carried across chunks in the state pool, keep a request's bits."""
+    path = checkpoint_factory("lfm2")
     batch = [3, 0, 2, 1]
     llm = LLM(str(path), **ENGINE, enable_prefix_caching=False)
     alone = [results(llm.generate([prompts()[i]], [params(i)], use_tqdm=False))[0] for i in batch]
     assert run(path, batch, max_num_batched_tokens=24) == alone
+
+
+def test_mamba2_layers_refuse_deterministic_mode_in_one_line(checkpoint_factory):
+    with pytest.raises(ValueError, match="does not run with Mamba2 layers"):
+        LLM(str(checkpoint_factory("granite_h")), **ENGINE)
 
 
 def test_gpt_oss_in_a_chunked_mixed_batch_matches_alone(tiny_gpt_oss):

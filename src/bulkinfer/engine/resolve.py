@@ -8,6 +8,7 @@ import torch
 
 from bulkinfer.engine.compute_dtype import ComputeDtype, choose_dtype, cpu_flags
 from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
+from bulkinfer.layers.mamba2 import Mamba2Shape
 from bulkinfer.models.config import ModelConfig
 
 
@@ -31,6 +32,9 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
         check_transformers_path(options, model)
     if model.mla is not None:
         check_latent_attention(options, model)
+    if options.deterministic and _has_mamba2(model):
+        raise ValueError(f"deterministic=True does not run with Mamba2 layers ({model.architecture}): their CPU scan "
+                         "is not batch-invariant")
     if model.quantization is not None and model.quantization.layout.format.act_order \
             and options.tensor_parallel_size > 1:
         raise ValueError(f"tensor_parallel_size > 1 with act-order weights ({model.quantization.describe()}): the "
@@ -39,6 +43,10 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
     compute = resolve_dtype(options.dtype, model, device)
     return ResolvedConfig(options, device, compute.dtype, resolve_max_model_len(options.max_model_len, model),
                           options.max_num_batched_tokens or BATCHED_TOKENS[device.type], compute.reason)
+
+
+def _has_mamba2(model: ModelConfig) -> bool:
+    return model.hybrid is not None and isinstance(model.hybrid.mixer, Mamba2Shape)
 
 
 def _asked(options: EngineConfig) -> dict[str, bool]:
