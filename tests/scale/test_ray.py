@@ -74,7 +74,8 @@ def test_the_processor_in_a_users_own_pipeline(ray_cluster, tmp_path: Path, tiny
     out = run_job(config).output
     expected = {row["k"]: row["generated_text"] for row in _exported(out)}
     dataset = ray_cluster.data.from_items(rows).map_batches(
-        LLMProcessor, fn_constructor_kwargs={"model": str(tiny_llama), "max_tokens": 4, "temperature": 0.0},
+        LLMProcessor, fn_constructor_kwargs={"model": str(tiny_llama), "max_tokens": 4, "temperature": 0.0,
+                               "dtype": "float32"},
         compute=ray_cluster.data.ActorPoolStrategy(size=1), batch_size=5, batch_format="pyarrow")
     results = dataset.take_all()
     assert {row["k"]: row["generated_text"] for row in results} == expected

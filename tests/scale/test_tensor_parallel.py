@@ -126,7 +126,7 @@ def _alive(pid: int) -> bool:
 
 
 CLI = [sys.executable, "-c", "from bulkinfer.cli import main; main()"]
-JOB = dict(max_tokens=6, temperature=0.0, max_num_seqs=8, window_rows=16, shard_rows=8, commit_seconds=0.3)
+JOB = dict(dtype="float32", max_tokens=6, temperature=0.0, max_num_seqs=8, window_rows=16, shard_rows=8, commit_seconds=0.3)
 
 
 def _job_flags(model: Path, data: Path, out: Path) -> list[str]:
