@@ -12,7 +12,9 @@ corpora do. Each system runs with its defaults (sentence-transformers: batches o
 bulkinfer: its scheduler's step budget), in this process, with the torch threads fixed. The first pass over the
 texts is reported apart; then ``--repeats`` warm passes, the systems taking turns, and the best one counts.
 Throughput is the texts' tokens per second. ``--job`` also times ``bulkinfer run --task embed`` on the same
-texts in a Parquet file, in a subprocess, start-up included. It is a script beside ``bulkinfer bench`` rather
+texts in a Parquet file, in a subprocess, start-up included. ``--profile`` adds one more pass of each system
+under ``torch.profiler`` and splits its time into matmuls, attention and the rest, with the ratio bulkinfer would
+reach if everything but its matmuls and attention took no time. It is a script beside ``bulkinfer bench`` rather
 than one of its systems: the bench's workloads, baselines and figures (output tokens, the decode probe, MFU)
 are generation's.
 """
@@ -90,7 +92,34 @@ def time_passes(systems: dict[str, Callable[[list[str]], object]], texts: list[s
             for name, times in seconds.items()}
 
 
-def compare_in_process(path: Path, texts: list[str], dtype: str, repeats: int) -> dict:
+# Operators by own time (torch.profiler's names): sentence-transformers' linear layers are aten::mm/addmm,
+# bulkinfer's oneDNN's; both attend through scaled_dot_product_attention's CPU kernels.
+MATMUL_OPS = ("aten::mm", "aten::addmm", "mkldnn::_linear_pointwise")
+ATTENTION_MARK = "scaled_dot_product"
+
+
+def time_split(encode: Callable[[list[str]], object], texts: list[str]) -> dict:
+    """One pass under torch.profiler: seconds of own CPU time in matmuls, in attention, and in the rest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        encode(texts)
+    split = {"matmul_seconds": 0.0, "attention_seconds": 0.0, "other_seconds": 0.0}
+    for event in profiler.key_averages():
+        kind = ("matmul" if event.key in MATMUL_OPS else "attention" if ATTENTION_MARK in event.key else "other")
+        split[f"{kind}_seconds"] += event.self_cpu_time_total / 1e6
+    return {name: round(seconds, 3) for name, seconds in split.items()}
+
+
+def profile_systems(systems: dict[str, Callable[[list[str]], object]], texts: list[str]) -> dict:
+    """Each system's split, and the ceiling on bulkinfer's ratio its own matmuls and attention set."""
+    splits = {name: time_split(encode, texts) for name, encode in systems.items()}
+    theirs = sum(splits["sentence-transformers"].values())
+    ours = splits["bulkinfer"]
+    return {"systems": splits, "ratio_ceiling": round(theirs / (ours["matmul_seconds"] + ours["attention_seconds"]), 3)}
+
+
+def compare_in_process(path: Path, texts: list[str], dtype: str, repeats: int, profiled: bool = False) -> dict:
     """sentence-transformers and ``LLM.embed`` on the same texts: their agreement, then their speeds."""
     from sentence_transformers import SentenceTransformer
 
@@ -106,9 +135,10 @@ def compare_in_process(path: Path, texts: list[str], dtype: str, repeats: int) -
                          f"{dtype}: not timing two different computations")
     tokens = sum(len(llm.tokenizer(text)["input_ids"]) for text in texts)
     timings = time_passes(systems, texts, tokens, repeats)
-    return {"dtype": dtype, "agreement_max_abs": difference, "tokens": tokens, "systems": timings,
-            "bulkinfer_over_sentence_transformers": round(timings["bulkinfer"]["warm_tok_s"]
-                                                          / timings["sentence-transformers"]["warm_tok_s"], 3)}
+    run = {"dtype": dtype, "agreement_max_abs": difference, "tokens": tokens, "systems": timings,
+           "bulkinfer_over_sentence_transformers": round(timings["bulkinfer"]["warm_tok_s"]
+                                                         / timings["sentence-transformers"]["warm_tok_s"], 3)}
+    return {**run, "profile": profile_systems(systems, texts)} if profiled else run
 
 
 def time_job(path: Path, texts: list[str], dtype: str, tokens: int, workdir: Path) -> dict:
@@ -125,8 +155,6 @@ def time_job(path: Path, texts: list[str], dtype: str, tokens: int, workdir: Pat
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-        if "embed" in reason and ("--task" in reason or "task" in reason):
-            return {"skipped": f"this bulkinfer has no embed job task: {reason}"}
         raise SystemExit(f"the embed job failed: {reason}")
     return {"seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1),
             "command": shlex.join(command[2:])}
@@ -151,6 +179,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="warm passes per system; the best counts")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads for both systems")
     parser.add_argument("--job", action="store_true", help="also time bulkinfer run --task embed")
+    parser.add_argument("--profile", action="store_true",
+                        help="also split one pass of each system into matmuls, attention and the rest")
     parser.add_argument("--store", type=Path, default=Path(tempfile.gettempdir()) / "bulkinfer-bench" / "embed",
                         help="where the model directory is built and kept")
     parser.add_argument("--output", type=Path, help="write the JSON report here")
@@ -166,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
     texts = make_texts(args.texts, args.seed)
     runs = []
     for dtype in args.dtype or ["float32"]:
-        run = compare_in_process(path, texts, dtype, args.repeats)
+        run = compare_in_process(path, texts, dtype, args.repeats, args.profile)
         if args.job:
             run["job"] = time_job(path, texts, dtype, run["tokens"], args.store)
         runs.append(run)

@@ -35,7 +35,7 @@ def test_the_texts_spread_between_16_and_512_tokens_and_repeat_with_their_seed()
 def test_the_report_times_both_systems_after_they_agree(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--shape", "tiny", "--texts", "6", "--repeats", "2",
-                           "--threads", "1", "--job", "--store", str(tmp_path / "store"), "--output", str(report_path)],
+                           "--threads", "1", "--job", "--profile", "--store", str(tmp_path / "store"), "--output", str(report_path)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads(report_path.read_text())
@@ -50,8 +50,13 @@ def test_the_report_times_both_systems_after_they_agree(tmp_path: Path) -> None:
         assert timing["warm_tok_s"] == pytest.approx(run["tokens"] / min(timing["warm_seconds"]), rel=0.01)
     assert run["bulkinfer_over_sentence_transformers"] == pytest.approx(
         run["systems"]["bulkinfer"]["warm_tok_s"] / run["systems"]["sentence-transformers"]["warm_tok_s"], rel=0.01)
-    # Until the embed job task exists the job is skipped with its reason; once it does, it is timed.
-    assert "skipped" in run["job"] or run["job"]["tok_s"] > 0
+    assert run["job"]["tok_s"] > 0 and "--task embed" in run["job"]["command"]
+    splits = run["profile"]["systems"]
+    assert all(split["matmul_seconds"] > 0 and split["attention_seconds"] > 0 and split["other_seconds"] > 0
+               for split in splits.values())
+    ours = splits["bulkinfer"]
+    assert run["profile"]["ratio_ceiling"] == pytest.approx(
+        sum(splits["sentence-transformers"].values()) / (ours["matmul_seconds"] + ours["attention_seconds"]), rel=0.01)
 
 
 def test_systems_that_disagree_are_not_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
