@@ -7,9 +7,9 @@ On a CPU that other work shares, wall time measures the neighbours as much as th
 reports the process's CPU seconds (one torch thread by default, so no thread spins waiting for another),
 which moves far less with the load, and the load average around each run. Each dtype runs the bench's
 ``mixed`` workload on the bench's random 50M Llama after one warm-up pass, the dtypes taking turns, and the
-best of ``--repeats`` counts. MFU: the workload's matmul FLOPs (the bench's count) per CPU second, against a
-peak measured the same way: the best of five tries of the model's own gate/up matmul at 2,048 rows in that
-dtype. ``PYTHONPATH=<another tree>/src`` times another version of bulkinfer with the same script.
+best of ``--repeats`` counts. MFU: the workload's matmul FLOPs (the bench's count) per CPU second, against the
+bench's matmul peak (the model's own projections at 2,048 rows, weights held as the engine holds them) measured
+per CPU second too. ``PYTHONPATH=<another tree>/src`` times another version of bulkinfer with the same script.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from bulkinfer import LLM, SamplingParams
-from bulkinfer.bench.peak import matmul_params, model_flops
+from bulkinfer.bench.peak import matmul_params, matmul_peak, model_flops, model_matmul_shapes
 from bulkinfer.bench.run import model_path
 from bulkinfer.bench.workloads import make_workload, useful_tokens
 
@@ -34,14 +34,6 @@ def timed(call) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     call()
     return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def peak_tflops_per_cpu_second(dtype: torch.dtype, hidden: int, columns: int) -> float:
-    """The best of five tries of a [2048, hidden] x [hidden, columns] matmul, per CPU second."""
-    x, weight = torch.randn(2048, hidden, dtype=dtype), torch.randn(columns, hidden, dtype=dtype)
-    torch.nn.functional.linear(x, weight)
-    best = min(timed(lambda: [torch.nn.functional.linear(x, weight) for _ in range(5)])[1] for _ in range(5))
-    return 2 * 2048 * hidden * columns * 5 / best / 1e12
 
 
 def main() -> None:
@@ -77,7 +69,8 @@ def main() -> None:
               "prompt_tokens": sum(len(prompt) for prompt in prompts), "dtypes": {}}
     for dtype, dtype_runs in runs.items():
         best = min(dtype_runs, key=lambda run: run["cpu_s"])
-        peak = peak_tflops_per_cpu_second(getattr(torch, dtype), config.hidden_size, 2 * config.intermediate_size)
+        peak = matmul_peak(model_matmul_shapes(config, (2048,), args.num_requests), getattr(torch, dtype),
+                           torch.device("cpu"), clock=time.process_time).tflops
         report["dtypes"][dtype] = {"runs": dtype_runs, "useful_tok_per_cpu_s": round(useful / best["cpu_s"], 1),
                                    "useful_tok_per_wall_s": round(useful / min(r["wall_s"] for r in dtype_runs), 1),
                                    "peak_tflops_per_cpu_s": round(peak, 3),

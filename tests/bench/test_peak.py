@@ -3,6 +3,7 @@ the next, and a utilisation above it flagged as the measurement error it is."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -34,6 +35,15 @@ def test_the_peak_is_measured_in_the_dtype_asked_and_says_where():
     report = peak.report()
     assert report["peak_dtype"] == "bfloat16" and report["peak_shape"] == [32, 128, 256]
     assert report["peak_tries"] == 2 and report["threads"] == torch.get_num_threads()
+
+
+def test_the_peak_is_timed_by_the_clock_it_is_given():
+    """A CPU-seconds peak (``time.process_time``) is timed by that clock: here one that moves 10 ms a reading,
+    so each try makes 9 calls in 0.11 s of it, whatever the wall clock does."""
+    readings = itertools.count()
+    peak = matmul_peak([MatmulShape(8, 16, 16)], torch.float32, CPU, tries=1, seconds=0.1,
+                       clock=lambda: next(readings) * 0.01)
+    assert peak.tflops == pytest.approx(9 / 0.11 * MatmulShape(8, 16, 16).flops / 1e12)
 
 
 def test_the_shapes_are_the_models_projections_at_the_bench_steps():

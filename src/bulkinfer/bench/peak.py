@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -49,17 +50,19 @@ def model_matmul_shapes(config, step_rows: tuple[int, ...], logit_rows: int) -> 
 
 
 def matmul_peak(shapes: list[MatmulShape], dtype: torch.dtype, device: torch.device, tries: int = 5,
-                seconds: float = 0.5) -> MatmulPeak:
+                seconds: float = 0.5, clock: Callable[[], float] = time.perf_counter) -> MatmulPeak:
     """The best rate of ``shapes`` in ``dtype`` on this process's threads: for each shape the best of ``tries``
     timings of ``seconds`` each (a try that met other load counts less), through the engine's own linear with
-    the weight as the engine holds it (oneDNN, packed in bf16) and plain ``F.linear``, whichever is faster. A model's matmuls cannot beat
-    it, so utilisation against it is a true fraction; a single square shape measured once is not that."""
+    the weight as the engine holds it (oneDNN, packed in bf16) and plain ``F.linear``, whichever is faster. A
+    model's matmuls cannot beat it, so utilisation against it is a true fraction; a single square shape
+    measured once is not that. ``clock``: wall seconds, or ``time.process_time`` for the rate per CPU second
+    of this process, which other work on a shared CPU moves far less."""
     best = None
     for shape in shapes:
         x = torch.randn(shape.rows, shape.in_features, device=device).to(dtype)
         weight = torch.randn(shape.out_features, shape.in_features, device=device).to(dtype)
         for matmul, held in ((linear, packed(weight)), (F.linear, weight)):
-            rate = max(_calls_per_s(lambda: matmul(x, held), device, seconds) for _ in range(tries))
+            rate = max(_calls_per_s(lambda: matmul(x, held), device, seconds, clock) for _ in range(tries))
             if best is None or rate * shape.flops > best[0]:
                 best = (rate * shape.flops, shape)
     return MatmulPeak(best[0] / 1e12, best[1], dtype, tries)
@@ -82,15 +85,15 @@ def copy_bytes_per_s(device: torch.device, size: int = 256 << 20, seconds: float
     return 2 * size * _calls_per_s(lambda: target.copy_(source), device, seconds)
 
 
-def _calls_per_s(call, device: torch.device, seconds: float) -> float:
+def _calls_per_s(call, device: torch.device, seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
     call()  # warm-up
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    count, start = 0, clock()
+    while clock() - start < seconds:
         call()
         count += 1
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    return count / (time.perf_counter() - start)
+    return count / (clock() - start)
 
 
 def matmul_params(config, active: bool = True) -> int:
