@@ -28,6 +28,11 @@ class ChunkLayout:
         return self.starts.shape[0]
 
 
+def max_chunks(tokens: int, seqs: int, chunk: int) -> int:
+    """The most chunks ``tokens`` rows in ``seqs`` sequences can make: each sequence may end in a partial one."""
+    return -(-tokens // chunk) + seqs
+
+
 def chunk_layout(query_start_loc: torch.Tensor, tokens: int, chunk: int) -> ChunkLayout:
     """The chunks of a step of ``tokens`` rows whose sequences ``query_start_loc`` [B + 1] bounds."""
     bounds = query_start_loc.long()
@@ -35,7 +40,7 @@ def chunk_layout(query_start_loc: torch.Tensor, tokens: int, chunk: int) -> Chun
     counts = (bounds[1:] - bounds[:-1] + chunk - 1) // chunk
     counts_through = counts.cumsum(0)
     first = counts_through - counts
-    index = torch.arange(-(-tokens // chunk) + seqs, device=bounds.device)
+    index = torch.arange(max_chunks(tokens, seqs, chunk), device=bounds.device)
     seq = torch.searchsorted(counts_through, index, right=True).clamp(max=max(seqs - 1, 0))
     starts = bounds[seq] + (index - first[seq]) * chunk
     ends = torch.minimum(starts + chunk, bounds[seq + 1])

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, run_all, tl
-from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows,
+from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows, max_chunks,
                            store_chunk_rows)
 from .state_blocks import state_blocks
 
@@ -357,6 +357,13 @@ def _check_triton(q, k, v, g, beta, states) -> None:
             raise ValueError(f"gated delta rule: {name} needs contiguous heads (a token's row may be a slice)")
     if g.stride(-1) != 1 or beta.stride(-1) != 1:
         raise ValueError("gated delta rule: g and beta need a unit head stride")
+
+
+def chunk_scratch_bytes(tokens: int, seqs: int, heads: int, key_dim: int, value_dim: int, dtype: torch.dtype) -> int:
+    """The fp32 scratch :func:`chunk_gated_delta_rule_launches` allocates for a step of ``tokens`` rows in ``seqs``
+    sequences, inputs of ``dtype``: w, u and every chunk's starting state."""
+    chunks = max_chunks(tokens, seqs, chunk_precision(dtype)[0])
+    return 4 * heads * (tokens * (key_dim + value_dim) + chunks * key_dim * value_dim)
 
 
 def chunk_gated_delta_rule_triton(q, k, v, g, beta, states, slots, query_start_loc, has_initial_state,

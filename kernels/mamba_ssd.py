@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ._triton import Launch, jit, next_power_of_2, run_all, tl
-from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows,
+from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows, max_chunks,
                            store_chunk_rows)
 from .state_blocks import state_blocks
 
@@ -325,6 +325,12 @@ def _check_triton(x, dt, B, C, states) -> None:
             raise ValueError(f"mamba scan: {name} needs contiguous heads (a token's row may be a slice)")
     if dt.stride(-1) != 1:
         raise ValueError("mamba scan: dt needs a unit head stride")
+
+
+def chunk_scratch_bytes(tokens: int, seqs: int, heads: int, head_dim: int, state_size: int, dtype: torch.dtype) -> int:
+    """The fp32 scratch :func:`mamba_chunk_scan_launches` allocates for a step of ``tokens`` rows in ``seqs``
+    sequences, inputs of ``dtype``: every chunk's starting state."""
+    return 4 * max_chunks(tokens, seqs, chunk_precision(dtype)[0]) * heads * head_dim * state_size
 
 
 def mamba_chunk_scan_triton(x, dt, A, B, C, D, dt_bias, states, slots, query_start_loc, has_initial_state,

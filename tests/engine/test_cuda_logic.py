@@ -6,13 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from transformers import Qwen3NextConfig
 
 from bulkinfer import LLM, SamplingParams
 from bulkinfer.engine import step_logits
 from bulkinfer.engine.config import EngineConfig
-from bulkinfer.engine.kv_budget import GIB, activation_reserve, kv_blocks_that_fit
+from bulkinfer.engine.kv_budget import GIB, activation_reserve, kv_blocks_that_fit, kv_bytes_per_token
 from bulkinfer.engine.resolve import ResolvedConfig, resolve_dtype
 from bulkinfer.engine.sampler import apply_penalties
+from bulkinfer.engine.state_pool import StatePool
 from bulkinfer.engine.step_plan import HostStaging
 from bulkinfer.layers.kv_shape import KVShape
 from bulkinfer.layers.ops import TORCH_OPS
@@ -70,6 +72,34 @@ def test_kv_pool_is_sized_from_utilization(monkeypatch, utilization):
     assert blocks == min(int(expected), 256 * 256 + 1)
     # The reserve covers the widest step and one slice of fp32 logits, not all 8,192 rows' (10 GiB).
     assert 2 * GIB < activation_reserve(model, config, 1) < 4 * GIB
+
+
+def qwen3_next_like() -> tuple[ModelConfig, CausalLM]:
+    """Qwen3-Next-80B's delta-net layers (32 value heads over 16 key heads, heads of 128), four layers of them and
+    one of attention, its MLP shrunk: the model built on the meta device in bf16."""
+    hf = Qwen3NextConfig(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2,
+                         head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                         linear_value_head_dim=128, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=64,
+                         shared_expert_intermediate_size=64, vocab_size=1024,
+                         layer_types=["linear_attention"] * 3 + ["full_attention"]).to_dict()
+    config = ModelConfig.from_hf({**hf, "architectures": ["Qwen3NextForCausalLM"], "torch_dtype": "bfloat16"})
+    with torch.device("meta"):
+        return config, CausalLM(config, ops=None, max_position=16).to(torch.bfloat16)
+
+
+def test_a_hybrids_prefill_scratch_comes_off_the_kv_pool(monkeypatch):
+    """The chunked delta-rule prefill of an 8,192-token step of 256 sequences (bf16: chunks of 32, so at most 512)
+    allocates w and u [8,192, 32, 128] and 512 chunk states [32, 128, 128], in fp32: 1.25 GiB that the pool leaves."""
+    config, model = qwen3_next_like()
+    scratch = StatePool.prefill_scratch_bytes(model.recurrent_layers(), 8192, 256)
+    assert scratch == 4 * 32 * (8192 * (128 + 128) + 512 * 128 * 128) == 1_342_177_280
+    total = 80 * GIB  # what is free leaves half a GiB for the pool once the share, activations and scratch are out
+    free = 8 * GIB + activation_reserve(config, gpu_config(0.9), 1) + scratch + GIB // 2
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
+    sizing = gpu_config(0.9), config, model.kv_shapes(), 16, CUDA
+    with_scratch, without = kv_blocks_that_fit(*sizing, scratch_bytes=scratch), kv_blocks_that_fit(*sizing)
+    block_bytes = 16 * kv_bytes_per_token(model.kv_shapes(), torch.bfloat16)
+    assert 0 < with_scratch < without and abs((without - with_scratch) - scratch / block_bytes) <= 1
 
 
 def test_no_room_gives_no_blocks(monkeypatch):

@@ -31,3 +31,11 @@ def token_rows(lengths: list[int], keep: list[int]) -> tuple[list[int], list[int
     head = [starts[s] + t for s in range(len(lengths)) for t in range(keep[s])]
     tail = [starts[s] + t for s in range(len(lengths)) for t in range(keep[s], lengths[s])]
     return head, tail
+
+
+def allocated_fp32_bytes(launches: list, given: list[torch.Tensor]) -> int:
+    """Bytes of the fp32 tensors ``launches`` take that are none of ``given``: the scratch their builder allocated."""
+    given_at = {t.data_ptr() for t in given}
+    scratch = {arg.data_ptr(): arg.numel() * arg.element_size() for launch in launches for arg in launch.args
+               if isinstance(arg, torch.Tensor) and arg.dtype == torch.float32 and arg.data_ptr() not in given_at}
+    return sum(scratch.values())

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 
 from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,  # noqa: E402
-                            step_layout, token_rows)  # noqa: E402
+                            allocated_fp32_bytes, step_layout, token_rows)  # noqa: E402
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import (  # noqa: E402
     torch_chunk_gated_delta_rule,
@@ -142,3 +142,14 @@ def test_mismatched_heads_are_refused():
     case["v"] = case["v"].repeat_interleave(2, dim=1)  # GVA not expanded by the caller
     with pytest.raises(ValueError, match="repeat q and k"):
         _prefill(gdr.chunk_gated_delta_rule, case, layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # chunks of 16 and of 32
+def test_the_scratch_the_engine_sets_aside_is_what_the_prefill_allocates(dtype):
+    case, layout = _inputs(sum(LENGTHS), dtype), step_layout()
+    out = torch.empty_like(case["v"])
+    launches = gdr.chunk_gated_delta_rule_launches(*(case[name] for name in ("q", "k", "v", "g", "beta", "states")),
+                                                   **layout, scale=SCALE, out=out)
+    allocated = allocated_fp32_bytes(launches, [*case.values(), *layout.values(), out])
+    assert allocated > 0
+    assert allocated == gdr.chunk_scratch_bytes(sum(LENGTHS), len(LENGTHS), HEADS, DK, DV, dtype)

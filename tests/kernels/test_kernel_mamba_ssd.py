@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("triton")
 
 from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,  # noqa: E402
-                            step_layout, token_rows)  # noqa: E402
+                            allocated_fp32_bytes, step_layout, token_rows)  # noqa: E402
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 from transformers.models.mamba2.modeling_mamba2 import (  # noqa: E402
     mamba2_chunk_scan,
@@ -158,3 +158,14 @@ def test_heads_not_divisible_by_groups_are_refused():
     case["B"] = case["C"] = torch.zeros(sum(LENGTHS), 3, STATE, device=DEVICE)
     with pytest.raises(ValueError, match="H % G"):
         _prefill(mamba_ssd.mamba_chunk_scan, case, layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # chunks of 16 and of 32
+def test_the_scratch_the_engine_sets_aside_is_what_the_prefill_allocates(dtype):
+    case, layout = _inputs(sum(LENGTHS), dtype), step_layout()
+    y = torch.empty_like(case["x"])
+    launches = mamba_ssd.mamba_chunk_scan_launches(**{name: case[name] for name in TOKEN_INPUTS}, **_params(case),
+                                                   states=case["states"], **layout, dt_softplus=True, y=y)
+    allocated = allocated_fp32_bytes(launches, [*case.values(), *layout.values(), y])
+    assert allocated > 0
+    assert allocated == mamba_ssd.chunk_scratch_bytes(sum(LENGTHS), len(LENGTHS), HEADS, HEAD_DIM, STATE, dtype)

@@ -40,14 +40,17 @@ def kv_bytes_per_token(kv_shapes: list[KVShape], dtype: torch.dtype) -> int:
 
 
 def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: list[KVShape],
-                       block_size: int, device: torch.device, tp_size: int = 1, state_bytes: int = 0) -> int:
+                       block_size: int, device: torch.device, tp_size: int = 1, state_bytes: int = 0,
+                       scratch_bytes: int = 0) -> int:
     """kv_shapes: each layer's cache on this rank; state_bytes: the recurrent state
-    pool of a hybrid model, which is set aside first (every running sequence needs its slot)."""
+    pool of a hybrid model, which is set aside first (every running sequence needs its slot);
+    scratch_bytes: what its kernels allocate in the largest step beside the activations (on a GPU)."""
     bytes_per_block = block_size * kv_bytes_per_token(kv_shapes, config.kv_cache_dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         # What is already used counts against our share; the largest step's activations are set aside.
-        budget = free - total * (1 - config.options.gpu_memory_utilization) - activation_reserve(model, config, tp_size)
+        budget = (free - total * (1 - config.options.gpu_memory_utilization) - activation_reserve(model, config, tp_size)
+                  - scratch_bytes)
     else:
         budget = config.options.kv_cache_memory_gb * GIB / tp_size  # the ranks share one budget
     budget -= state_bytes

@@ -91,8 +91,11 @@ class ModelRunner:
         # Every rank holds its share of the heads: a token costs this much over all of them.
         self.kv_bytes_per_token = kv_bytes_per_token(kv_shapes, config.kv_cache_dtype) * self.tp.size
         state_bytes = self.state_bytes_per_seq * options.max_num_seqs
+        step_tokens = config.max_num_batched_tokens
+        scratch_bytes = StatePool.prefill_scratch_bytes(recurrent, step_tokens, min(options.max_num_seqs, step_tokens))
         blocks = config.options.num_kv_blocks or kv_blocks_that_fit(config, model_config, kv_shapes, self.block_size,
-                                                                    self.device, self.tp.size, state_bytes)
+                                                                    self.device, self.tp.size, state_bytes,
+                                                                    scratch_bytes)
         self.num_blocks = peers.agree_on_blocks(blocks) if peers else blocks
         if self.num_blocks < 1:
             raise ValueError("no memory is left for the KV cache; lower max_model_len or raise the budget")

@@ -52,6 +52,14 @@ class StatePool:
                    for layer in layers for shape, dtype in layer.state_specs())
 
 
+    @staticmethod
+    def prefill_scratch_bytes(layers: list[nn.Module], tokens: int, seqs: int) -> int:
+        """The most any one layer's prefill kernels allocate for a step of ``tokens`` rows in ``seqs``
+        sequences: the layers run one after another, each freeing its scratch, so the largest is what a
+        step needs beside its activations."""
+        return max((layer.prefill_scratch_bytes(tokens, seqs) for layer in layers), default=0)
+
+
 # Why a hybrid model runs without prefix caching: the one line a run summary gives.
 NO_PREFIX_CACHING = ("off: a hybrid model's recurrent state after a shared prefix is not kept (only the KV cache "
                      "could be reused), so every prompt is prefilled in full")

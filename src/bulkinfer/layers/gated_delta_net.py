@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bulkinfer.kernels.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update
+from bulkinfer.kernels.gated_delta_rule import (chunk_gated_delta_rule, chunk_scratch_bytes,
+                                               fused_recurrent_gated_delta_rule_update)
 from bulkinfer.layers.attention_metadata import AttentionMetadata
 from bulkinfer.layers.step_conv import causal_conv1d_step
 
@@ -62,6 +63,12 @@ class GatedDeltaNet(nn.Module):
         shape = self.shape
         return [((self.conv_dim, shape.conv_kernel - 1), self.conv1d.weight.dtype),
                 ((shape.num_value_heads, shape.key_head_dim, shape.value_head_dim), torch.float32)]
+
+    def prefill_scratch_bytes(self, tokens: int, seqs: int) -> int:
+        """What the chunked Triton prefill of a step of ``tokens`` rows in ``seqs`` sequences allocates (freed after)."""
+        shape = self.shape
+        return chunk_scratch_bytes(tokens, seqs, shape.num_value_heads, shape.key_head_dim, shape.value_head_dim,
+                                   self.out_proj.weight.dtype)
 
     def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         qkv, z, b, a = self._project(x)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bulkinfer.kernels.mamba_ssd import mamba_chunk_scan, mamba_state_update
+from bulkinfer.kernels.mamba_ssd import chunk_scratch_bytes, mamba_chunk_scan, mamba_state_update
 from bulkinfer.layers.attention_metadata import AttentionMetadata
 from bulkinfer.layers.linear import Linear
 from bulkinfer.layers.step_conv import causal_conv1d_step
@@ -57,6 +57,12 @@ class Mamba2Mixer(nn.Module):
         shape = self.shape
         return [((self.conv_dim, shape.conv_kernel - 1), self.conv1d.weight.dtype),
                 ((shape.num_heads, shape.head_dim, shape.state_size), torch.float32)]
+
+    def prefill_scratch_bytes(self, tokens: int, seqs: int) -> int:
+        """What the chunked Triton prefill of a step of ``tokens`` rows in ``seqs`` sequences allocates (freed after)."""
+        shape = self.shape
+        return chunk_scratch_bytes(tokens, seqs, shape.num_heads, shape.head_dim, shape.state_size,
+                                   self.out_proj.weight.dtype)
 
     def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         gate, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.shape.num_heads], dim=-1)

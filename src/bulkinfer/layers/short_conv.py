@@ -40,6 +40,10 @@ class ShortConv(nn.Module):
         channels, _, taps = self.conv.weight.shape
         return [((channels, taps - 1), self.conv.weight.dtype)]
 
+    def prefill_scratch_bytes(self, tokens: int, seqs: int) -> int:
+        """None: the convolution writes straight into its output."""
+        return 0
+
     def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
         b, c, inputs = self.in_proj(x).chunk(3, dim=-1)
         (conv_states,) = self.states
