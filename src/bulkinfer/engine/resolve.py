@@ -8,6 +8,7 @@ import torch
 
 from bulkinfer.engine.compute_dtype import ComputeDtype, choose_dtype, cpu_flags
 from bulkinfer.engine.config import BATCHED_TOKENS, EngineConfig
+from bulkinfer.layers.gated_delta_net import GatedDeltaNetShape
 from bulkinfer.layers.mamba2 import Mamba2Shape
 from bulkinfer.models.config import ModelConfig
 
@@ -32,9 +33,9 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
         check_transformers_path(options, model)
     if model.mla is not None:
         check_latent_attention(options, model)
-    if options.deterministic and _has_mamba2(model):
-        raise ValueError(f"deterministic=True does not run with Mamba2 layers ({model.architecture}): their CPU scan "
-                         "is not batch-invariant")
+    if options.deterministic and _scanned_state(model):
+        raise ValueError(f"deterministic=True does not run with {_scanned_state(model)} layers ({model.architecture}): "
+                         "their CPU scan is not batch-invariant")
     if model.quantization is not None and model.quantization.layout.format.act_order \
             and options.tensor_parallel_size > 1:
         raise ValueError(f"tensor_parallel_size > 1 with act-order weights ({model.quantization.describe()}): the "
@@ -45,8 +46,12 @@ def resolve(options: EngineConfig, model: ModelConfig) -> ResolvedConfig:
                           options.max_num_batched_tokens or BATCHED_TOKENS[device.type], compute.reason)
 
 
-def _has_mamba2(model: ModelConfig) -> bool:
-    return model.hybrid is not None and isinstance(model.hybrid.mixer, Mamba2Shape)
+def _scanned_state(model: ModelConfig) -> str:
+    """The kind of a hybrid's recurrent layers whose state a scan carries ("" for none): a scan's rounding
+    depends on where a step cuts the prompt and on how many sequences share the step's elementwise passes.
+    LFM2's short convolutions keep only their inputs, so they stay exact."""
+    mixer = model.hybrid.mixer if model.hybrid is not None else None
+    return {Mamba2Shape: "Mamba2", GatedDeltaNetShape: "gated delta-net"}.get(type(mixer), "")
 
 
 def _asked(options: EngineConfig) -> dict[str, bool]:
