@@ -35,7 +35,8 @@ def test_the_texts_spread_between_16_and_512_tokens_and_repeat_with_their_seed()
 def test_the_report_times_both_systems_after_they_agree(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--shape", "tiny", "--texts", "6", "--repeats", "2",
-                           "--threads", "1", "--job", "--profile", "--store", str(tmp_path / "store"), "--output", str(report_path)],
+                           "--threads", "1", "--job", "--profile", "--store", str(tmp_path / "store"),
+                           "--output", str(report_path)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads(report_path.read_text())

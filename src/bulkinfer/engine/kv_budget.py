@@ -49,8 +49,8 @@ def kv_blocks_that_fit(config: ResolvedConfig, model: ModelConfig, kv_shapes: li
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         # What is already used counts against our share; the largest step's activations are set aside.
-        budget = (free - total * (1 - config.options.gpu_memory_utilization) - activation_reserve(model, config, tp_size)
-                  - scratch_bytes)
+        share = free - total * (1 - config.options.gpu_memory_utilization)
+        budget = share - activation_reserve(model, config, tp_size) - scratch_bytes
     else:
         budget = config.options.kv_cache_memory_gb * GIB / tp_size  # the ranks share one budget
     budget -= state_bytes

@@ -65,7 +65,7 @@ class GatedDeltaNet(nn.Module):
                 ((shape.num_value_heads, shape.key_head_dim, shape.value_head_dim), torch.float32)]
 
     def prefill_scratch_bytes(self, tokens: int, seqs: int) -> int:
-        """What the chunked Triton prefill of a step of ``tokens`` rows in ``seqs`` sequences allocates (freed after)."""
+        """What the chunked Triton prefill of ``tokens`` rows in ``seqs`` sequences allocates (freed after it)."""
         shape = self.shape
         return chunk_scratch_bytes(tokens, seqs, shape.num_value_heads, shape.key_head_dim, shape.value_head_dim,
                                    self.out_proj.weight.dtype)

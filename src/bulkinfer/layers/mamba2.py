@@ -59,7 +59,7 @@ class Mamba2Mixer(nn.Module):
                 ((shape.num_heads, shape.head_dim, shape.state_size), torch.float32)]
 
     def prefill_scratch_bytes(self, tokens: int, seqs: int) -> int:
-        """What the chunked Triton prefill of a step of ``tokens`` rows in ``seqs`` sequences allocates (freed after)."""
+        """What the chunked Triton prefill of ``tokens`` rows in ``seqs`` sequences allocates (freed after it)."""
         shape = self.shape
         return chunk_scratch_bytes(tokens, seqs, shape.num_heads, shape.head_dim, shape.state_size,
                                    self.out_proj.weight.dtype)
