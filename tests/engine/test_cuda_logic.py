@@ -75,7 +75,7 @@ def test_kv_pool_is_sized_from_utilization(monkeypatch, utilization):
 
 
 def qwen3_next_like() -> tuple[ModelConfig, CausalLM]:
-    """Qwen3-Next-80B's delta-net layers (32 value heads over 16 key heads, heads of 128), four layers of them and
+    """Qwen3-Next-80B's delta-net layers (32 value heads over 16 key heads, heads of 128), three layers of them and
     one of attention, its MLP shrunk: the model built on the meta device in bf16."""
     hf = Qwen3NextConfig(hidden_size=2048, num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2,
                          head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
