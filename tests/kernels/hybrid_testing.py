@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_testing import DEVICE
+from kernel_testing import DEVICE, assert_close
 
 LENGTHS = [70, 1, 9, 130]  # over one chunk of 64, a single token, under a chunk, several chunks
 SLOTS = [4, 0, 6, 2]  # out of order, with unused slots between
@@ -39,3 +39,28 @@ def allocated_fp32_bytes(launches: list, given: list[torch.Tensor]) -> int:
     scratch = {arg.data_ptr(): arg.numel() * arg.element_size() for launch in launches for arg in launch.args
                if isinstance(arg, torch.Tensor) and arg.dtype == torch.float32 and arg.data_ptr() not in given_at}
     return sum(scratch.values())
+
+
+def assert_prefill_matches(prefill, fn, reference, case: dict, layout: dict) -> None:
+    """``fn``'s prefill of the step against ``reference``'s: the outputs, and every slot of the pool (unused slots
+    untouched too). ``prefill(fn, case, layout)`` -> (outputs, states) runs one kernel on a test's inputs."""
+    out, states = prefill(fn, case, layout)
+    out_ref, states_ref = prefill(reference, case, layout)
+    assert_close(out, out_ref)
+    torch.testing.assert_close(states, states_ref, atol=1e-4, rtol=1e-4)
+
+
+def assert_two_calls_equal_one(prefill, fn, case: dict, token_inputs: tuple[str, ...]) -> None:
+    """The EDGE_LENGTHS step prefilled in two calls, each sequence split mid-chunk (one with no first part) and
+    the second call continuing from the first's states, equals the step in one call."""
+    whole, whole_states = prefill(fn, case, step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL))
+    first_lengths = [n // 2 for n in EDGE_LENGTHS]
+    head, tail = token_rows(EDGE_LENGTHS, first_lengths)
+    first, states = prefill(fn, {**case, **{name: case[name][head] for name in token_inputs}},
+                            step_layout(first_lengths, EDGE_SLOTS, EDGE_INITIAL))
+    second, states = prefill(fn, {**case, **{name: case[name][tail] for name in token_inputs}, "states": states},
+                             step_layout([n - m for n, m in zip(EDGE_LENGTHS, first_lengths)], EDGE_SLOTS,
+                                         [True] * len(EDGE_LENGTHS)))
+    assert_close(first, whole[head])
+    assert_close(second, whole[tail])
+    torch.testing.assert_close(states, whole_states, atol=1e-4, rtol=1e-4)

@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,  # noqa: E402
-                            allocated_fp32_bytes, step_layout, token_rows)  # noqa: E402
+from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,
+                            allocated_fp32_bytes, assert_prefill_matches,
+                            assert_two_calls_equal_one, step_layout, token_rows)  # noqa: E402
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import (  # noqa: E402
     torch_chunk_gated_delta_rule,
@@ -61,39 +62,20 @@ def test_reference_matches_transformers(transformers_fn):
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("fn", [gdr.chunk_gated_delta_rule, gdr.chunk_gated_delta_rule_triton], ids=["cpu", "triton"])
 def test_prefill_matches_reference(fn, dtype):
-    case, layout = _inputs(sum(LENGTHS), dtype), step_layout()
-    out, states = _prefill(fn, case, layout)
-    out_ref, states_ref = _prefill(gdr.chunk_gated_delta_rule_ref, case, layout)
-    assert_close(out, out_ref)
-    torch.testing.assert_close(states, states_ref, atol=1e-4, rtol=1e-4)  # unused slots untouched too
+    assert_prefill_matches(_prefill, fn, gdr.chunk_gated_delta_rule_ref, _inputs(sum(LENGTHS), dtype), step_layout())
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_chunked_triton_at_chunk_edges(dtype):
-    case, layout = _inputs(sum(EDGE_LENGTHS), dtype, seed=3), step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL)
-    out, states = _prefill(gdr.chunk_gated_delta_rule_triton, case, layout)
-    out_ref, states_ref = _prefill(gdr.chunk_gated_delta_rule_ref, case, layout)
-    assert_close(out, out_ref)
-    torch.testing.assert_close(states, states_ref, atol=1e-4, rtol=1e-4)
+    assert_prefill_matches(_prefill, gdr.chunk_gated_delta_rule_triton, gdr.chunk_gated_delta_rule_ref,
+                           _inputs(sum(EDGE_LENGTHS), dtype, seed=3),
+                           step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL))
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_chunked_triton_prefill_in_two_calls_equals_one(dtype):
-    case = _inputs(sum(EDGE_LENGTHS), dtype, seed=4)
-    whole, whole_states = _prefill(gdr.chunk_gated_delta_rule_triton, case,
-                                   step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL))
-    first_lengths = [n // 2 for n in EDGE_LENGTHS]  # mid-chunk splits, and a sequence with no first part
-    head, tail = token_rows(EDGE_LENGTHS, first_lengths)
-    names = ("q", "k", "v", "g", "beta")
-    first, states = _prefill(gdr.chunk_gated_delta_rule_triton, {**case, **{n: case[n][head] for n in names}},
-                             step_layout(first_lengths, EDGE_SLOTS, EDGE_INITIAL))
-    second, states = _prefill(gdr.chunk_gated_delta_rule_triton, {**{n: case[n][tail] for n in names},
-                                                                  "states": states},
-                              step_layout([n - m for n, m in zip(EDGE_LENGTHS, first_lengths)], EDGE_SLOTS,
-                                          [True] * len(EDGE_LENGTHS)))
-    assert_close(first, whole[head])
-    assert_close(second, whole[tail])
-    torch.testing.assert_close(states, whole_states, atol=1e-4, rtol=1e-4)
+    assert_two_calls_equal_one(_prefill, gdr.chunk_gated_delta_rule_triton, _inputs(sum(EDGE_LENGTHS), dtype, seed=4),
+                               ("q", "k", "v", "g", "beta"))
 
 
 UPDATES = {"cpu": (gdr.chunk_gated_delta_rule, gdr.fused_recurrent_gated_delta_rule_update),

@@ -7,8 +7,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,  # noqa: E402
-                            allocated_fp32_bytes, step_layout, token_rows)  # noqa: E402
+from hybrid_testing import (EDGE_INITIAL, EDGE_LENGTHS, EDGE_SLOTS, INITIAL, LENGTHS, POOL, SLOTS,
+                            allocated_fp32_bytes, assert_prefill_matches,
+                            assert_two_calls_equal_one, step_layout, token_rows)  # noqa: E402
 from kernel_testing import DEVICE, DTYPE_PARAMS, assert_close  # noqa: E402
 from transformers.models.mamba2.modeling_mamba2 import (  # noqa: E402
     mamba2_chunk_scan,
@@ -78,39 +79,20 @@ def test_update_reference_matches_transformers():
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("fn", [mamba_ssd.mamba_chunk_scan, mamba_ssd.mamba_chunk_scan_triton], ids=["cpu", "triton"])
 def test_prefill_matches_reference(fn, dtype):
-    case, layout = _inputs(sum(LENGTHS), dtype), step_layout()
-    y, states = _prefill(fn, case, layout)
-    y_ref, states_ref = _prefill(mamba_ssd.mamba_chunk_scan_ref, case, layout)
-    assert_close(y, y_ref)
-    torch.testing.assert_close(states, states_ref, atol=1e-4, rtol=1e-4)  # unused slots untouched too
+    assert_prefill_matches(_prefill, fn, mamba_ssd.mamba_chunk_scan_ref, _inputs(sum(LENGTHS), dtype), step_layout())
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_chunked_triton_at_chunk_edges(dtype):
-    case, layout = _inputs(sum(EDGE_LENGTHS), dtype, seed=3), step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL)
-    y, states = _prefill(mamba_ssd.mamba_chunk_scan_triton, case, layout)
-    y_ref, states_ref = _prefill(mamba_ssd.mamba_chunk_scan_ref, case, layout)
-    assert_close(y, y_ref)
-    torch.testing.assert_close(states, states_ref, atol=1e-4, rtol=1e-4)
+    assert_prefill_matches(_prefill, mamba_ssd.mamba_chunk_scan_triton, mamba_ssd.mamba_chunk_scan_ref,
+                           _inputs(sum(EDGE_LENGTHS), dtype, seed=3),
+                           step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL))
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_chunked_triton_prefill_in_two_calls_equals_one(dtype):
-    case = _inputs(sum(EDGE_LENGTHS), dtype, seed=4)
-    whole, whole_states = _prefill(mamba_ssd.mamba_chunk_scan_triton, case,
-                                   step_layout(EDGE_LENGTHS, EDGE_SLOTS, EDGE_INITIAL))
-    first_lengths = [n // 2 for n in EDGE_LENGTHS]  # mid-chunk splits, and a sequence with no first part
-    head, tail = token_rows(EDGE_LENGTHS, first_lengths)
-    first, states = _prefill(mamba_ssd.mamba_chunk_scan_triton,
-                             {**case, **{name: case[name][head] for name in TOKEN_INPUTS}},
-                             step_layout(first_lengths, EDGE_SLOTS, EDGE_INITIAL))
-    second, states = _prefill(mamba_ssd.mamba_chunk_scan_triton,
-                              {**case, **{name: case[name][tail] for name in TOKEN_INPUTS}, "states": states},
-                              step_layout([n - m for n, m in zip(EDGE_LENGTHS, first_lengths)], EDGE_SLOTS,
-                                          [True] * len(EDGE_LENGTHS)))
-    assert_close(first, whole[head])
-    assert_close(second, whole[tail])
-    torch.testing.assert_close(states, whole_states, atol=1e-4, rtol=1e-4)
+    assert_two_calls_equal_one(_prefill, mamba_ssd.mamba_chunk_scan_triton, _inputs(sum(EDGE_LENGTHS), dtype, seed=4),
+                               TOKEN_INPUTS)
 
 
 UPDATES = {"cpu": (mamba_ssd.mamba_chunk_scan, mamba_ssd.mamba_state_update),
