@@ -62,6 +62,16 @@ def dot_tile(width: int) -> int:
 
 
 @jit
+def chunk_rows(starts_ptr, ends_ptr, chunk, CHUNK: tl.constexpr):
+    """The chunk's CHUNK token rows (int64), which of them are its own, and whether it has any: a step's
+    chunks are fewer than the grid, and an empty one must read no rows of a scratch it never wrote."""
+    start = tl.load(starts_ptr + chunk).to(tl.int64)
+    end = tl.load(ends_ptr + chunk)
+    rows = start + tl.arange(0, CHUNK)
+    return rows, rows < end, start < end
+
+
+@jit
 def load_chunk_rows(ptr, rows, row_mask, row_stride, offset, col, width, BLOCK: tl.constexpr):
     """[CHUNK, BLOCK] fp32: columns col.. of the rows' entries starting at ``offset``; zeros outside."""
     cols = col + tl.arange(0, BLOCK)

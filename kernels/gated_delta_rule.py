@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 
 from ._triton import Launch, jit, next_power_of_2, run_all, tl
-from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows, max_chunks,
-                           store_chunk_rows)
+from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, chunk_rows, dot_tile, load_chunk_rows,
+                           max_chunks, store_chunk_rows)
 from .state_blocks import state_blocks
 
 CHUNK = 64
@@ -181,8 +181,7 @@ def _delta_transform_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, starts_
                             BLOCK_V: tl.constexpr, DOT: tl.constexpr):
     chunk = tl.program_id(0)
     head = tl.program_id(1)
-    rows = tl.load(starts_ptr + chunk).to(tl.int64) + tl.arange(0, CHUNK)
-    row_mask = rows < tl.load(ends_ptr + chunk)
+    rows, row_mask, _ = chunk_rows(starts_ptr, ends_ptr, chunk, CHUNK)
     g = tl.load(g_ptr + rows * g_stride + head, mask=row_mask, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows * beta_stride + head, mask=row_mask, other=0.0).to(tl.float32)
     cum = tl.cumsum(g, 0)  # log decay from the chunk's start through each token
@@ -250,12 +249,8 @@ def _delta_output_kernel(q_ptr, k_ptr, g_ptr, u_ptr, chunk_states_ptr, out_ptr, 
     chunk = tl.program_id(0).to(tl.int64)  # the scratch of starting states passes 2**31 values in long steps
     head = tl.program_id(1)
     col = tl.program_id(2) * BLOCK_V
-    start = tl.load(starts_ptr + chunk).to(tl.int64)
-    end = tl.load(ends_ptr + chunk)
-    # The step's chunks are fewer than the grid: an empty one reads no rows of the scratch it never wrote.
-    state_rows = tl.where(start < end, dk, 0)
-    rows = start + tl.arange(0, CHUNK)
-    row_mask = rows < end
+    rows, row_mask, filled = chunk_rows(starts_ptr, ends_ptr, chunk, CHUNK)
+    state_rows = tl.where(filled, dk, 0)
     cum = tl.cumsum(tl.load(g_ptr + rows * g_stride + head, mask=row_mask, other=0.0).to(tl.float32), 0)
     cols = col + tl.arange(0, BLOCK_V)
     from_state = tl.zeros((CHUNK, BLOCK_V), dtype=tl.float32)

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from ._triton import Launch, jit, next_power_of_2, run_all, tl
-from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, dot_tile, load_chunk_rows, max_chunks,
-                           store_chunk_rows)
+from .chunk_layout import (causal_decay, chunk_layout, chunk_precision, chunk_rows, dot_tile, load_chunk_rows,
+                           max_chunks, store_chunk_rows)
 from .state_blocks import state_blocks
 
 CHUNK = 64
@@ -224,12 +224,8 @@ def _ssd_output_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dt_bias_ptr, c
     head = tl.program_id(1)
     row = tl.program_id(2) * BLOCK_P
     group = head // (heads // groups)
-    start = tl.load(starts_ptr + chunk).to(tl.int64)
-    end = tl.load(ends_ptr + chunk)
-    # The step's chunks are fewer than the grid: an empty one reads no rows of the scratch it never wrote.
-    state_rows = tl.where(start < end, head_dim, 0)
-    rows = start + tl.arange(0, CHUNK)
-    row_mask = rows < end
+    rows, row_mask, filled = chunk_rows(starts_ptr, ends_ptr, chunk, CHUNK)
+    state_rows = tl.where(filled, head_dim, 0)
     dt = _step_sizes(dt_ptr, rows, dt_stride, head, tl.load(dt_bias_ptr + head).to(tl.float32), row_mask,
                      DT_SOFTPLUS)
     cum = tl.cumsum(dt * tl.load(A_ptr + head).to(tl.float32), 0)
